@@ -1,0 +1,5 @@
+import sys
+
+from agspec.cli import main
+
+sys.exit(main())
