@@ -50,3 +50,32 @@ def accept_length(draft: Sequence[int], committed_ids: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+@runtime_checkable
+class DrafterSession(Protocol):
+    """Per-session state of a drafter family: corpora that live as long as the session.
+
+    `emission_format` is the scaffold's declared format (see `agspec.traces`), known before
+    the session runs.
+    """
+
+    def open_artifact(self, path: str, text: str) -> None: ...
+
+    def call(self, agent: str, role: str, turn: int) -> CallDrafter: ...
+
+    def end(self) -> None: ...
+
+
+@runtime_checkable
+class DrafterServer(Protocol):
+    """Process-level state of a drafter family (global corpus, caps, scales, caches).
+
+    `server.session(id, emission_format=...)` → `session.call(agent, role, turn)` →
+    `begin / propose / accept / end`. Every drafter the replay lab compares, AgSpec and
+    each baseline, has this shape.
+    """
+
+    name: str
+
+    def session(self, session_id: str, *, emission_format: str = "none") -> DrafterSession: ...
