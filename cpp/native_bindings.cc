@@ -1,0 +1,145 @@
+// The one file that knows Python: nanobind bindings for the native token index.
+// The Python classes in agspec/token_index.py hold these objects as handles and do the
+// argument checking; this layer only converts types and releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "token_index.h"
+
+namespace nb = nanobind;
+using agspec::MatchCursor;
+using agspec::Token;
+using agspec::TokenIndex;
+
+using TokenArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+namespace {
+
+// Long calls run without the GIL; the index's busy flag keeps other threads out.
+constexpr size_t kReleaseGilTokens = 4096;
+
+// A handle the Python side can close; cursors keep only a weak reference.
+struct IndexHandle {
+  std::shared_ptr<TokenIndex> index;
+
+  TokenIndex& get() const {
+    if (!index) throw agspec::StateError("the index was closed");
+    return *index;
+  }
+};
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "AgSpec native token index (C++). Use agspec.token_index, not this module.";
+
+  nb::exception<agspec::FormatError>(m, "IndexFormatError", PyExc_ValueError);
+  nb::exception<agspec::StateError>(m, "IndexStateError", PyExc_RuntimeError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const agspec::DocumentError& e) {
+      PyErr_SetString(PyExc_KeyError, e.what());
+    } catch (const agspec::ArgumentError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<IndexHandle>(m, "TokenIndex")
+      .def("__init__",
+           [](IndexHandle* self) { new (self) IndexHandle{std::make_shared<TokenIndex>()}; })
+      .def_static(
+          "load",
+          [](const std::string& path) {
+            std::shared_ptr<TokenIndex> idx;
+            {
+              nb::gil_scoped_release release;
+              idx = TokenIndex::load(path);
+            }
+            return IndexHandle{idx};
+          },
+          nb::arg("path"))
+      .def(
+          "extend",
+          [](IndexHandle& self, int64_t doc_id, TokenArray tokens) {
+            TokenIndex& idx = self.get();
+            const Token* data = tokens.data();
+            const size_t n = tokens.shape(0);
+            if (n >= kReleaseGilTokens) {
+              nb::gil_scoped_release release;
+              idx.extend(doc_id, data, n);
+            } else {
+              idx.extend(doc_id, data, n);
+            }
+          },
+          nb::arg("doc_id"), nb::arg("tokens"))
+      .def(
+          "remove",
+          [](IndexHandle& self, int64_t doc_id) {
+            TokenIndex& idx = self.get();
+            nb::gil_scoped_release release;
+            idx.remove(doc_id);
+          },
+          nb::arg("doc_id"))
+      .def(
+          "save",
+          [](IndexHandle& self, const std::string& path) {
+            TokenIndex& idx = self.get();
+            idx.check_idle();
+            nb::gil_scoped_release release;
+            idx.save(path);
+          },
+          nb::arg("path"))
+      .def("close", [](IndexHandle& self) { self.index.reset(); })
+      .def_prop_ro("closed", [](const IndexHandle& self) { return !self.index; })
+      .def("contains", [](const IndexHandle& self, int64_t id) { return self.get().contains(id); })
+      .def("document",
+           [](const IndexHandle& self, int64_t id) { return self.get().document(id); })
+      .def("document_ids", [](const IndexHandle& self) { return self.get().document_ids(); })
+      .def("num_documents", [](const IndexHandle& self) { return self.get().num_documents(); })
+      .def("num_tokens", [](const IndexHandle& self) { return self.get().num_tokens(); })
+      .def("num_positions", [](const IndexHandle& self) { return self.get().num_positions(); })
+      .def("num_states", [](const IndexHandle& self) { return self.get().num_states(); })
+      .def("num_bytes", [](const IndexHandle& self) { return self.get().num_bytes(); })
+      .def("frozen", [](const IndexHandle& self) { return self.get().frozen(); })
+      .def(
+          "cursor",
+          [](const IndexHandle& self, int32_t max_match_tokens) {
+            self.get();
+            return MatchCursor(self.index, max_match_tokens);
+          },
+          nb::arg("max_match_tokens"));
+
+  nb::class_<MatchCursor>(m, "MatchCursor")
+      .def(
+          "extend",
+          [](MatchCursor& c, TokenArray tokens) { c.extend(tokens.data(), tokens.shape(0)); },
+          nb::arg("tokens"))
+      .def("extend_one",
+           [](MatchCursor& c, int64_t token) {
+             if (token < 0 || token > INT32_MAX) {
+               throw agspec::ArgumentError("token ids must be in [0, 2^31), got " +
+                                           std::to_string(token));
+             }
+             const Token t = static_cast<Token>(token);
+             c.extend(&t, 1);
+           },
+           nb::arg("token"))
+      .def("match_length", &MatchCursor::match_length)
+      .def(
+          "occurrences",
+          [](MatchCursor& c, size_t max_count) {
+            std::vector<std::pair<int64_t, int64_t>> out;
+            for (const auto& o : c.occurrences(max_count)) out.emplace_back(o.doc_id, o.end_offset);
+            return out;
+          },
+          nb::arg("max_count"))
+      .def("continuation", &MatchCursor::continuation, nb::arg("max_tokens"), nb::arg("rule"),
+           nb::arg("max_occurrences"))
+      .def_prop_ro("num_fed", &MatchCursor::num_fed)
+      .def_prop_ro("max_match_tokens", &MatchCursor::max_match);
+}

@@ -1,0 +1,797 @@
+#include "token_index.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+namespace agspec {
+
+namespace {
+
+uint64_t mix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+void check_tokens(const Token* tokens, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0) {
+      throw ArgumentError("token ids must be >= 0, got " + std::to_string(tokens[i]) +
+                          " at position " + std::to_string(i));
+    }
+  }
+}
+
+// Marks the index busy for the lifetime of the guard (a long call without the GIL).
+class BusyGuard {
+ public:
+  explicit BusyGuard(std::atomic<int>& flag) : flag_(flag) {
+    int expected = 0;
+    if (!flag_.compare_exchange_strong(expected, 1)) {
+      throw StateError("the index is being changed by another thread");
+    }
+  }
+  ~BusyGuard() { flag_.store(0); }
+
+ private:
+  std::atomic<int>& flag_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------ EdgeTable
+
+EdgeTable::EdgeTable() { clear(); }
+
+void EdgeTable::clear() {
+  keys_.assign(16, kEmpty);
+  vals_.assign(16, -1);
+  size_ = 0;
+  mask_ = 15;
+}
+
+size_t EdgeTable::slot_of(uint64_t k) const {
+  size_t i = mix64(k) & mask_;
+  while (keys_[i] != kEmpty && keys_[i] != k) i = (i + 1) & mask_;
+  return i;
+}
+
+int32_t EdgeTable::get(int32_t state, Token token) const {
+  const uint64_t k = key(state, token);
+  size_t i = mix64(k) & mask_;
+  while (true) {
+    const uint64_t cur = keys_[i];
+    if (cur == k) return vals_[i];
+    if (cur == kEmpty) return -1;
+    i = (i + 1) & mask_;
+  }
+}
+
+void EdgeTable::insert(int32_t state, Token token, int32_t target) {
+  if ((size_ + 1) * 10 > keys_.size() * 7) grow();
+  const uint64_t k = key(state, token);
+  const size_t i = slot_of(k);
+  keys_[i] = k;
+  vals_[i] = target;
+  ++size_;
+}
+
+void EdgeTable::assign(int32_t state, Token token, int32_t target) {
+  vals_[slot_of(key(state, token))] = target;
+}
+
+void EdgeTable::grow() {
+  std::vector<uint64_t> old_keys;
+  std::vector<int32_t> old_vals;
+  old_keys.swap(keys_);
+  old_vals.swap(vals_);
+  const size_t cap = old_keys.size() * 2;
+  keys_.assign(cap, kEmpty);
+  vals_.assign(cap, -1);
+  mask_ = cap - 1;
+  for (size_t j = 0; j < old_keys.size(); ++j) {
+    if (old_keys[j] == kEmpty) continue;
+    const size_t i = slot_of(old_keys[j]);
+    keys_[i] = old_keys[j];
+    vals_[i] = old_vals[j];
+  }
+}
+
+size_t EdgeTable::num_bytes() const {
+  return keys_.capacity() * sizeof(uint64_t) + vals_.capacity() * sizeof(int32_t);
+}
+
+// ----------------------------------------------------------------- TokenIndex
+
+TokenIndex::TokenIndex() { reset_automaton(); }
+
+void TokenIndex::reset_automaton() {
+  for (auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
+                  &edge_head_, &edge_next_, &own_next_}) {
+    v->clear();
+  }
+  first_pos_.clear();
+  last_pos_.clear();
+  edge_token_.clear();
+  pos_doc_.clear();
+  pos_off_.clear();
+  edges_.clear();
+  new_state(0);  // the root
+}
+
+void TokenIndex::check_idle() const {
+  if (busy_.load() != 0) throw StateError("the index is being changed by another thread");
+}
+
+int32_t TokenIndex::new_state(int32_t len) {
+  const auto id = static_cast<int32_t>(len_.size());
+  const auto pos = static_cast<uint32_t>(pos_doc_.size());  // the position being inserted
+  len_.push_back(len);
+  link_.push_back(-1);
+  first_child_.push_back(-1);
+  next_sib_.push_back(-1);
+  prev_sib_.push_back(-1);
+  own_head_.push_back(-1);
+  first_pos_.push_back(pos);
+  last_pos_.push_back(pos);
+  edge_head_.push_back(-1);
+  return id;
+}
+
+void TokenIndex::attach_front(int32_t child, int32_t parent) {
+  link_[child] = parent;
+  prev_sib_[child] = -1;
+  next_sib_[child] = first_child_[parent];
+  if (first_child_[parent] != -1) prev_sib_[first_child_[parent]] = child;
+  first_child_[parent] = child;
+}
+
+void TokenIndex::move_to_front(int32_t u) {
+  const int32_t parent = link_[u];
+  if (parent == -1 || first_child_[parent] == u) return;
+  const int32_t prev = prev_sib_[u];
+  const int32_t next = next_sib_[u];
+  next_sib_[prev] = next;  // u is not first, so prev exists
+  if (next != -1) prev_sib_[next] = prev;
+  prev_sib_[u] = -1;
+  next_sib_[u] = first_child_[parent];
+  prev_sib_[first_child_[parent]] = u;
+  first_child_[parent] = u;
+}
+
+int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
+  const int32_t cl = new_state(len);
+  first_pos_[cl] = first_pos_[q];
+  last_pos_[cl] = last_pos_[q];
+  for (int32_t e = edge_head_[q]; e != -1; e = edge_next_[e]) {
+    const Token t = edge_token_[e];
+    edges_.insert(cl, t, edges_.get(q, t));
+    edge_token_.push_back(t);
+    edge_next_.push_back(edge_head_[cl]);
+    edge_head_[cl] = static_cast<int32_t>(edge_token_.size() - 1);
+  }
+  // cl takes q's place among its parent's children (same last_pos_, so order holds),
+  // and q becomes cl's only child.
+  const int32_t parent = link_[q];
+  link_[cl] = parent;
+  prev_sib_[cl] = prev_sib_[q];
+  next_sib_[cl] = next_sib_[q];
+  if (prev_sib_[q] != -1) {
+    next_sib_[prev_sib_[q]] = cl;
+  } else {
+    first_child_[parent] = cl;
+  }
+  if (next_sib_[q] != -1) prev_sib_[next_sib_[q]] = cl;
+  link_[q] = cl;
+  prev_sib_[q] = -1;
+  next_sib_[q] = -1;
+  first_child_[cl] = q;
+  return cl;
+}
+
+// Generalized online suffix-automaton step: appends token c to the string whose state
+// is `last`; returns the state of the longer string.
+int32_t TokenIndex::sam_extend(int32_t last, Token c) {
+  auto add_edge = [this](int32_t s, Token t, int32_t target) {
+    edges_.insert(s, t, target);
+    edge_token_.push_back(t);
+    edge_next_.push_back(edge_head_[s]);
+    edge_head_[s] = static_cast<int32_t>(edge_token_.size() - 1);
+  };
+  auto redirect = [this, c](int32_t p, int32_t from, int32_t to) {
+    for (; p != -1 && edges_.get(p, c) == from; p = link_[p]) edges_.assign(p, c, to);
+  };
+  int32_t q = edges_.get(last, c);
+  if (q != -1) {  // the string already occurs (another document has it)
+    if (len_[q] == len_[last] + 1) return q;
+    const int32_t cl = clone_state(q, len_[last] + 1);
+    redirect(last, q, cl);
+    return cl;
+  }
+  const int32_t cur = new_state(len_[last] + 1);
+  int32_t p = last;
+  while (p != -1 && edges_.get(p, c) == -1) {
+    add_edge(p, c, cur);
+    p = link_[p];
+  }
+  if (p == -1) {
+    attach_front(cur, 0);
+    return cur;
+  }
+  q = edges_.get(p, c);
+  if (len_[p] + 1 == len_[q]) {
+    attach_front(cur, q);
+    return cur;
+  }
+  const int32_t cl = clone_state(q, len_[p] + 1);
+  redirect(p, q, cl);
+  attach_front(cur, cl);
+  return cur;
+}
+
+void TokenIndex::insert_position(uint32_t doc, uint32_t offset) {
+  if (pos_doc_.size() >= std::numeric_limits<int32_t>::max() - 1) {
+    throw ArgumentError("the index is full (2^31 positions)");
+  }
+  Doc& d = docs_[doc];
+  const auto g = static_cast<uint32_t>(pos_doc_.size());
+  const int32_t s = sam_extend(d.last_state, d.tokens[offset]);
+  d.last_state = s;
+  pos_doc_.push_back(doc);
+  pos_off_.push_back(offset);
+  own_next_.push_back(own_head_[s]);
+  own_head_[s] = static_cast<int32_t>(g);
+  // g is the newest position: it ends a string of every state on s's suffix-link path.
+  for (int32_t u = s; u != -1; u = link_[u]) {
+    last_pos_[u] = g;
+    move_to_front(u);
+  }
+}
+
+TokenIndex::Doc& TokenIndex::doc_for_write(int64_t doc_id) {
+  if (doc_id < 0) throw ArgumentError("doc_id must be >= 0, got " + std::to_string(doc_id));
+  auto it = doc_slot_.find(doc_id);
+  if (it == doc_slot_.end()) {
+    doc_slot_.emplace(doc_id, static_cast<uint32_t>(docs_.size()));
+    docs_.push_back(Doc{doc_id, {}, 0, false});
+    ++num_live_docs_;
+    return docs_.back();
+  }
+  Doc& d = docs_[it->second];
+  if (d.removed) {
+    throw DocumentError("document " + std::to_string(doc_id) + " was removed; ids are not reused");
+  }
+  return d;
+}
+
+void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
+  if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
+  check_tokens(tokens, n);
+  BusyGuard guard(busy_);
+  Doc& d = doc_for_write(doc_id);
+  const auto slot = doc_slot_[doc_id];
+  d.tokens.reserve(d.tokens.size() + n);
+  for (size_t i = 0; i < n; ++i) {
+    // The previous last token now has a successor: it becomes a position.
+    if (!d.tokens.empty()) insert_position(slot, static_cast<uint32_t>(d.tokens.size() - 1));
+    d.tokens.push_back(tokens[i]);
+  }
+  num_tokens_ += n;
+}
+
+void TokenIndex::remove(int64_t doc_id) {
+  if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
+  BusyGuard guard(busy_);
+  auto it = doc_slot_.find(doc_id);
+  if (it == doc_slot_.end() || docs_[it->second].removed) {
+    throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
+  }
+  Doc& d = docs_[it->second];
+  num_tokens_ -= d.tokens.size();
+  d.tokens.clear();
+  d.tokens.shrink_to_fit();
+  d.removed = true;
+  --num_live_docs_;
+  // Replay the surviving positions in their original order, so recency is kept.
+  std::vector<uint32_t> old_doc, old_off;
+  old_doc.swap(pos_doc_);
+  old_off.swap(pos_off_);
+  reset_automaton();
+  for (auto& doc : docs_) doc.last_state = 0;
+  for (size_t g = 0; g < old_doc.size(); ++g) {
+    if (!docs_[old_doc[g]].removed) insert_position(old_doc[g], old_off[g]);
+  }
+  ++epoch_;
+}
+
+bool TokenIndex::contains(int64_t doc_id) const {
+  auto it = doc_slot_.find(doc_id);
+  return it != doc_slot_.end() && !docs_[it->second].removed;
+}
+
+const std::vector<Token>& TokenIndex::document(int64_t doc_id) const {
+  auto it = doc_slot_.find(doc_id);
+  if (it == doc_slot_.end() || docs_[it->second].removed) {
+    throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
+  }
+  return docs_[it->second].tokens;
+}
+
+std::vector<int64_t> TokenIndex::document_ids() const {
+  std::vector<int64_t> ids;
+  for (const auto& d : docs_) {
+    if (!d.removed) ids.push_back(d.id);
+  }
+  return ids;
+}
+
+size_t TokenIndex::num_bytes() const {
+  size_t b = edges_.num_bytes();
+  for (const auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
+                        &edge_head_, &edge_next_, &own_next_}) {
+    b += v->capacity() * sizeof(int32_t);
+  }
+  b += (first_pos_.capacity() + last_pos_.capacity() + pos_doc_.capacity() +
+        pos_off_.capacity()) *
+       sizeof(uint32_t);
+  b += edge_token_.capacity() * sizeof(Token);
+  for (const auto& d : docs_) b += sizeof(Doc) + d.tokens.capacity() * sizeof(Token);
+  b += doc_slot_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
+  return b;
+}
+
+std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) const {
+  // Lazy k-way merge over the link subtree of v. Children are sorted by last_pos_
+  // (descending), so a node's next sibling is pushed only when the node is popped.
+  struct Item {
+    uint32_t key;
+    int32_t node;  // a state (subtree item) or -1 for an owned-position item
+    bool operator<(const Item& o) const { return key < o.key; }
+  };
+  std::vector<uint32_t> out;
+  if (max_count == 0) return out;
+  std::vector<Item> heap;
+  heap.push_back({last_pos_[v], v});
+  while (!heap.empty() && out.size() < max_count) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Item it = heap.back();
+    heap.pop_back();
+    auto push = [&heap](uint32_t key, int32_t node) {
+      heap.push_back({key, node});
+      std::push_heap(heap.begin(), heap.end());
+    };
+    if (it.node == -1) {
+      out.push_back(it.key);
+      const int32_t nxt = own_next_[it.key];
+      if (nxt != -1) push(static_cast<uint32_t>(nxt), -1);
+      continue;
+    }
+    const int32_t u = it.node;
+    if (own_head_[u] != -1) push(static_cast<uint32_t>(own_head_[u]), -1);
+    if (first_child_[u] != -1) push(last_pos_[first_child_[u]], first_child_[u]);
+    if (u != v && next_sib_[u] != -1) push(last_pos_[next_sib_[u]], next_sib_[u]);
+  }
+  return out;
+}
+
+Occurrence TokenIndex::occurrence(uint32_t pos) const {
+  return Occurrence{docs_[pos_doc_[pos]].id, static_cast<int64_t>(pos_off_[pos])};
+}
+
+std::vector<Token> TokenIndex::tokens_after(uint32_t pos, size_t max_tokens) const {
+  const auto& toks = docs_[pos_doc_[pos]].tokens;
+  const size_t begin = pos_off_[pos] + 1;
+  const size_t end = std::min(toks.size(), begin + max_tokens);
+  return std::vector<Token>(toks.begin() + begin, toks.begin() + end);
+}
+
+size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_len,
+                                 size_t max_len) const {
+  const auto& toks = docs_[pos_doc_[pos]].tokens;
+  const size_t off = pos_off_[pos];
+  const size_t limit = std::min({max_len, tail_len, off + 1});
+  size_t k = 0;
+  while (k < limit && tail[tail_len - 1 - k] == toks[off - k]) ++k;
+  return k;
+}
+
+// ----------------------------------------------------------------- save / load
+
+namespace {
+
+constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kEndianMark = 0x01020304;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t endian;
+  uint64_t payload_bytes;
+  uint64_t checksum;
+};
+
+uint64_t checksum64(const char* data, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, data + i, 8);
+    h = (h ^ mix64(w)) * 0x100000001B3ULL;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, data + i, n - i);
+  return mix64(h ^ mix64(w ^ (n - i)));
+}
+
+class Writer {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    buf_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <class T>
+  void vec(const std::vector<T>& v) {
+    pod<uint64_t>(v.size());
+    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string& buf() { return buf_; }
+
+ private:
+  std::string buf_;
+};
+
+class Reader {
+ public:
+  Reader(const char* data, size_t n) : data_(data), n_(n) {}
+  template <class T>
+  T pod() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, data_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  template <class T>
+  void vec(std::vector<T>* v) {
+    const auto count = pod<uint64_t>();
+    if (count > (n_ - at_) / sizeof(T)) throw FormatError("index file is corrupt: bad array size");
+    v->resize(count);
+    std::memcpy(v->data(), data_ + at_, count * sizeof(T));
+    at_ += count * sizeof(T);
+  }
+  bool done() const { return at_ == n_; }
+
+ private:
+  void need(size_t k) {
+    if (n_ - at_ < k) throw FormatError("index file is corrupt: payload ends early");
+  }
+  const char* data_;
+  size_t n_;
+  size_t at_ = 0;
+};
+
+template <class T>
+void check_range(const std::vector<T>& v, int64_t lo, int64_t hi, const char* what) {
+  for (const T x : v) {
+    if (int64_t(x) < lo || int64_t(x) >= hi) {
+      throw FormatError(std::string("index file is corrupt: ") + what + " out of range");
+    }
+  }
+}
+
+}  // namespace
+
+void TokenIndex::save(const std::string& path) const {
+  Writer w;
+  w.pod<uint64_t>(docs_.size());
+  for (const auto& d : docs_) {
+    w.pod<int64_t>(d.id);
+    w.pod<uint8_t>(d.removed ? 1 : 0);
+    w.pod<int32_t>(d.last_state);
+    w.vec(d.tokens);
+  }
+  w.pod<uint64_t>(epoch_);
+  for (const auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
+                        &edge_head_, &edge_next_, &own_next_}) {
+    w.vec(*v);
+  }
+  w.vec(first_pos_);
+  w.vec(last_pos_);
+  w.vec(edge_token_);
+  w.vec(pos_doc_);
+  w.vec(pos_off_);
+  w.pod<uint64_t>(edges_.size_);
+  w.vec(edges_.keys_);
+  w.vec(edges_.vals_);
+
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kFormatVersion;
+  h.endian = kEndianMark;
+  h.payload_bytes = w.buf().size();
+  h.checksum = checksum64(w.buf().data(), w.buf().size());
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot open " + tmp + " for writing");
+  const bool ok = std::fwrite(&h, sizeof(h), 1, f) == 1 &&
+                  std::fwrite(w.buf().data(), 1, w.buf().size(), f) == w.buf().size();
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("writing " + tmp + " failed (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FormatError("cannot open index file " + path);
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  Header h{};
+  if (size < long(sizeof(Header)) || std::fread(&h, sizeof(h), 1, f) != 1) {
+    std::fclose(f);
+    throw FormatError(path + " is not an AgSpec index file (too short for a header)");
+  }
+  if (std::memcmp(h.magic, kMagic, 8) != 0) {
+    std::fclose(f);
+    throw FormatError(path + " is not an AgSpec index file (bad magic)");
+  }
+  if (h.endian != kEndianMark) {
+    std::fclose(f);
+    throw FormatError(path + " was written on a machine of other byte order");
+  }
+  if (h.version != kFormatVersion) {
+    std::fclose(f);
+    throw FormatError(path + " has index format version " + std::to_string(h.version) +
+                      "; this build reads version " + std::to_string(kFormatVersion));
+  }
+  const uint64_t have = uint64_t(size) - sizeof(Header);
+  if (have != h.payload_bytes) {
+    std::fclose(f);
+    throw FormatError(path + " is truncated or padded: header says " +
+                      std::to_string(h.payload_bytes) + " payload bytes, file has " +
+                      std::to_string(have));
+  }
+  std::string buf(h.payload_bytes, '\0');
+  const size_t got = std::fread(buf.data(), 1, buf.size(), f);
+  std::fclose(f);
+  if (got != buf.size()) throw FormatError(path + ": short read");
+  if (checksum64(buf.data(), buf.size()) != h.checksum) {
+    throw FormatError(path + " is corrupt: checksum mismatch");
+  }
+
+  auto idx = std::make_shared<TokenIndex>();
+  Reader r(buf.data(), buf.size());
+  const auto ndocs = r.pod<uint64_t>();
+  if (ndocs > buf.size()) throw FormatError("index file is corrupt: bad document count");
+  idx->docs_.clear();
+  for (uint64_t i = 0; i < ndocs; ++i) {
+    Doc d{r.pod<int64_t>(), {}, 0, false};
+    d.removed = r.pod<uint8_t>() != 0;
+    d.last_state = r.pod<int32_t>();
+    r.vec(&d.tokens);
+    if (!d.removed) {
+      ++idx->num_live_docs_;
+      idx->num_tokens_ += d.tokens.size();
+    }
+    if (!idx->doc_slot_.emplace(d.id, uint32_t(i)).second) {
+      throw FormatError("index file is corrupt: duplicate document id");
+    }
+    idx->docs_.push_back(std::move(d));
+  }
+  idx->epoch_ = r.pod<uint64_t>();
+  for (auto* v : {&idx->len_, &idx->link_, &idx->first_child_, &idx->next_sib_,
+                  &idx->prev_sib_, &idx->own_head_, &idx->edge_head_, &idx->edge_next_,
+                  &idx->own_next_}) {
+    r.vec(v);
+  }
+  r.vec(&idx->first_pos_);
+  r.vec(&idx->last_pos_);
+  r.vec(&idx->edge_token_);
+  r.vec(&idx->pos_doc_);
+  r.vec(&idx->pos_off_);
+  idx->edges_.size_ = r.pod<uint64_t>();
+  r.vec(&idx->edges_.keys_);
+  r.vec(&idx->edges_.vals_);
+  if (!r.done()) throw FormatError("index file is corrupt: trailing bytes");
+
+  // Structure checks, so a file with a valid checksum but broken content cannot crash us.
+  const int64_t ns = int64_t(idx->len_.size());
+  const int64_t np = int64_t(idx->pos_doc_.size());
+  const int64_t ne = int64_t(idx->edge_token_.size());
+  if (ns < 1 || idx->link_.size() != size_t(ns) || idx->first_child_.size() != size_t(ns) ||
+      idx->next_sib_.size() != size_t(ns) || idx->prev_sib_.size() != size_t(ns) ||
+      idx->own_head_.size() != size_t(ns) || idx->edge_head_.size() != size_t(ns) ||
+      idx->first_pos_.size() != size_t(ns) || idx->last_pos_.size() != size_t(ns) ||
+      idx->pos_off_.size() != size_t(np) || idx->own_next_.size() != size_t(np) ||
+      idx->edge_next_.size() != size_t(ne)) {
+    throw FormatError("index file is corrupt: array sizes disagree");
+  }
+  const size_t cap = idx->edges_.keys_.size();
+  if (cap < 16 || (cap & (cap - 1)) != 0 || idx->edges_.vals_.size() != cap ||
+      idx->edges_.size_ >= cap) {
+    throw FormatError("index file is corrupt: bad transition table");
+  }
+  idx->edges_.mask_ = cap - 1;
+  check_range(idx->len_, 0, std::numeric_limits<int32_t>::max(), "state length");
+  check_range(idx->link_, -1, ns, "suffix link");
+  check_range(idx->first_child_, -1, ns, "child");
+  check_range(idx->next_sib_, -1, ns, "sibling");
+  check_range(idx->prev_sib_, -1, ns, "sibling");
+  check_range(idx->own_head_, -1, np, "position");
+  check_range(idx->own_next_, -1, np, "position");
+  check_range(idx->edge_head_, -1, ne, "edge");
+  check_range(idx->edge_next_, -1, ne, "edge");
+  check_range(idx->edges_.vals_, -1, ns, "transition");
+  check_range(idx->first_pos_, 0, std::max<int64_t>(np, 1), "position");
+  check_range(idx->last_pos_, 0, std::max<int64_t>(np, 1), "position");
+  check_range(idx->pos_doc_, 0, int64_t(ndocs), "document");
+  for (int64_t g = 0; g < np; ++g) {
+    const auto& d = idx->docs_[idx->pos_doc_[g]];
+    if (d.removed || idx->pos_off_[g] + 1 >= d.tokens.size()) {
+      throw FormatError("index file is corrupt: position outside its document");
+    }
+  }
+  for (const auto& d : idx->docs_) {
+    if (d.last_state < 0 || d.last_state >= ns) {
+      throw FormatError("index file is corrupt: document state out of range");
+    }
+  }
+  idx->frozen_ = true;
+  return idx;
+}
+
+// ----------------------------------------------------------------- MatchCursor
+
+MatchCursor::MatchCursor(std::shared_ptr<TokenIndex> index, int32_t max_match)
+    : index_(index), max_match_(max_match) {
+  if (max_match < 1) throw ArgumentError("max_match_tokens must be >= 1");
+  epoch_ = index->epoch();
+  synced_positions_ = index->num_positions();
+}
+
+std::shared_ptr<TokenIndex> MatchCursor::lock() const {
+  auto idx = index_.lock();
+  if (!idx) throw StateError("the index this cursor matches against was closed");
+  idx->check_idle();
+  return idx;
+}
+
+void MatchCursor::push_tail(Token c) {
+  tail_.push_back(c);
+  ++num_fed_;
+  const size_t keep = size_t(max_match_);
+  if (tail_.size() > 2 * keep + 64) tail_.erase(tail_.begin(), tail_.end() - keep);
+}
+
+void MatchCursor::step(const TokenIndex& idx, Token c) {
+  while (state_ != 0 && len_ <= idx.state_len(idx.state_link(state_))) {
+    state_ = idx.state_link(state_);  // a split moved our string to a new state
+  }
+  while (true) {
+    const int32_t t = idx.transition(state_, c);
+    if (t != -1) {
+      state_ = t;
+      ++len_;
+      break;
+    }
+    if (state_ == 0) {
+      len_ = 0;
+      break;
+    }
+    state_ = idx.state_link(state_);
+    len_ = idx.state_len(state_);
+  }
+  if (len_ > max_match_) {
+    len_ = max_match_;
+    while (len_ <= idx.state_len(idx.state_link(state_))) state_ = idx.state_link(state_);
+  }
+}
+
+void MatchCursor::rematch(const TokenIndex& idx, size_t length) {
+  // Walks the last `length` fed tokens from the root: their string is in the index.
+  state_ = 0;
+  for (size_t i = tail_.size() - length; i < tail_.size(); ++i) {
+    state_ = idx.transition(state_, tail_[i]);
+    if (state_ == -1) throw std::logic_error("MatchCursor::rematch: string not in index");
+  }
+  len_ = int32_t(length);
+}
+
+void MatchCursor::sync(const TokenIndex& idx) {
+  const size_t npos = idx.num_positions();
+  if (epoch_ == idx.epoch() && synced_positions_ == npos) return;
+  const size_t window = std::min(tail_.size(), size_t(max_match_));
+  const size_t fresh = npos - std::min(npos, synced_positions_);
+  if (epoch_ != idx.epoch() || fresh > std::max<size_t>(64, size_t(max_match_))) {
+    // Positions were renumbered, or many are new: match the last window from scratch.
+    state_ = 0;
+    len_ = 0;
+    for (size_t i = tail_.size() - window; i < tail_.size(); ++i) step(idx, tail_[i]);
+  } else {
+    // Occurrences only grow: a longer match must end at one of the new positions.
+    while (state_ != 0 && len_ <= idx.state_len(idx.state_link(state_))) {
+      state_ = idx.state_link(state_);
+    }
+    size_t best = size_t(len_);
+    for (size_t g = synced_positions_; g < npos; ++g) {
+      best = std::max(best, idx.common_suffix(uint32_t(g), tail_.data(), tail_.size(), window));
+    }
+    if (best > size_t(len_)) rematch(idx, best);
+  }
+  epoch_ = idx.epoch();
+  synced_positions_ = npos;
+}
+
+void MatchCursor::extend(const Token* tokens, size_t n) {
+  auto idx = lock();
+  check_tokens(tokens, n);
+  sync(*idx);
+  for (size_t i = 0; i < n; ++i) {
+    step(*idx, tokens[i]);
+    push_tail(tokens[i]);
+  }
+}
+
+int32_t MatchCursor::match_length() {
+  auto idx = lock();
+  sync(*idx);
+  return len_;
+}
+
+std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
+  auto idx = lock();
+  sync(*idx);
+  std::vector<Occurrence> out;
+  if (len_ == 0) return out;
+  for (uint32_t g : idx->recent_positions(state_, max_count)) out.push_back(idx->occurrence(g));
+  return out;
+}
+
+std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
+                                             size_t max_occurrences) {
+  auto idx = lock();
+  sync(*idx);
+  if (len_ == 0 || max_tokens == 0) return {};
+  if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);
+  if (rule != 0) throw ArgumentError("unknown continuation rule");
+  const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
+  // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
+  struct Group {
+    Token key[3];
+    size_t count;
+    size_t first;  // index in `positions` of its most recent occurrence
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    Token key[3] = {-1, -1, -1};
+    const auto next = idx->tokens_after(positions[i], 3);
+    std::copy(next.begin(), next.end(), key);
+    bool found = false;
+    for (auto& gr : groups) {
+      if (std::equal(key, key + 3, gr.key)) {
+        ++gr.count;
+        found = true;
+        break;
+      }
+    }
+    if (!found) groups.push_back({{key[0], key[1], key[2]}, 1, i});
+  }
+  const Group* best = &groups[0];
+  for (const auto& gr : groups) {
+    if (gr.count > best->count) best = &gr;  // strict: earlier (more recent) wins ties
+  }
+  return idx->tokens_after(positions[best->first], max_tokens);
+}
+
+}  // namespace agspec

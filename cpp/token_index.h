@@ -1,0 +1,193 @@
+// AgSpec native token index: many append-only documents of int32 token ids, and
+// cursors that track the longest suffix of a request that occurs in the index.
+//
+// No Python and no drafting policy lives here: token sequences in, matches and
+// continuations out. The one binding file is native_bindings.cc.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace agspec {
+
+using Token = int32_t;
+
+// A caller passed something the index cannot take (negative id, frozen index, ...).
+class ArgumentError : public std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+// A document id that is not in the index, or was removed.
+class DocumentError : public std::out_of_range {
+  using std::out_of_range::out_of_range;
+};
+// A saved index file that is truncated, corrupt, foreign or of another version.
+class FormatError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// The index was closed, or is being changed by another thread.
+class StateError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Occurrence {
+  int64_t doc_id;
+  int64_t end_offset;  // offset in its document of the match's last token
+};
+
+// Open-addressing map (state, token) -> state for the automaton's transitions.
+class EdgeTable {
+ public:
+  EdgeTable();
+  int32_t get(int32_t state, Token token) const;
+  // Inserts a key that is not present.
+  void insert(int32_t state, Token token, int32_t target);
+  // Overwrites the target of a key that is present.
+  void assign(int32_t state, Token token, int32_t target);
+  size_t size() const { return size_; }
+  size_t num_bytes() const;
+  void clear();
+
+ private:
+  friend class TokenIndex;
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  static uint64_t key(int32_t s, Token t) {
+    return (uint64_t(uint32_t(s)) << 32) | uint32_t(t);
+  }
+  size_t slot_of(uint64_t k) const;
+  void grow();
+  std::vector<uint64_t> keys_;  // kEmpty marks a free slot
+  std::vector<int32_t> vals_;
+  size_t size_ = 0;
+  size_t mask_ = 0;
+};
+
+class TokenIndex {
+ public:
+  TokenIndex();
+
+  // Appends tokens to document doc_id (created on first use). Token ids must be >= 0.
+  void extend(int64_t doc_id, const Token* tokens, size_t n);
+  // Drops a document. Rebuilds the automaton from the remaining documents, in their
+  // original insertion order (O(total tokens)); live cursors re-synchronize.
+  void remove(int64_t doc_id);
+
+  bool contains(int64_t doc_id) const;
+  const std::vector<Token>& document(int64_t doc_id) const;
+  std::vector<int64_t> document_ids() const;
+  size_t num_documents() const { return num_live_docs_; }
+  size_t num_tokens() const { return num_tokens_; }
+  // Positions indexed: every token that has a successor in its document.
+  size_t num_positions() const { return pos_doc_.size(); }
+  size_t num_states() const { return len_.size(); }
+  size_t num_bytes() const;
+  bool frozen() const { return frozen_; }
+
+  void save(const std::string& path) const;
+  static std::shared_ptr<TokenIndex> load(const std::string& path);
+
+  // --- used by MatchCursor -------------------------------------------------------
+  int32_t transition(int32_t state, Token t) const { return edges_.get(state, t); }
+  int32_t state_len(int32_t s) const { return len_[s]; }
+  int32_t state_link(int32_t s) const { return link_[s]; }
+  uint64_t epoch() const { return epoch_; }
+  // Most recent first; at most max_count.
+  std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
+  uint32_t first_position(int32_t state) const { return first_pos_[state]; }
+  Occurrence occurrence(uint32_t pos) const;
+  // Tokens after position pos in its document, at most max_tokens.
+  std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
+  // Length of the common suffix of `tail` (last element = most recent) and the
+  // document text ending at position pos, at most max_len.
+  size_t common_suffix(uint32_t pos, const Token* tail, size_t tail_len, size_t max_len) const;
+
+  // Guards a long operation run without the GIL: other calls fail instead of racing.
+  std::atomic<int>& busy() { return busy_; }
+  void check_idle() const;
+
+ private:
+  struct Doc {
+    int64_t id;
+    std::vector<Token> tokens;
+    int32_t last_state;  // state of the document's indexed prefix (all tokens but the last)
+    bool removed;
+  };
+
+  int32_t new_state(int32_t len);
+  int32_t clone_state(int32_t q, int32_t len);
+  void attach_front(int32_t child, int32_t parent);
+  void move_to_front(int32_t child);
+  int32_t sam_extend(int32_t last, Token c);
+  void insert_position(uint32_t doc, uint32_t offset);
+  void reset_automaton();
+  Doc& doc_for_write(int64_t doc_id);
+
+  std::vector<Doc> docs_;
+  std::unordered_map<int64_t, uint32_t> doc_slot_;
+  size_t num_live_docs_ = 0;
+  size_t num_tokens_ = 0;
+
+  // Suffix automaton. State 0 is the root. Invariants:
+  //  len_[s]     length of the longest string of s; strings of s have lengths
+  //              (len_[link_[s]], len_[s]].
+  //  link_[s]    suffix link (-1 for the root); links form a tree rooted at 0.
+  //  first_pos_  earliest end position of s's strings (never changes once set).
+  //  last_pos_   most recent end position of s's strings = max over the link subtree.
+  //  first_child_/next_sib_/prev_sib_: link-tree children, sorted by last_pos_ descending.
+  //  own_head_   most recent position whose longest string (its document prefix) is in s;
+  //              own_next_ chains a state's owned positions, most recent first.
+  std::vector<int32_t> len_, link_, first_child_, next_sib_, prev_sib_, own_head_;
+  std::vector<uint32_t> first_pos_, last_pos_;
+  EdgeTable edges_;
+  // Outgoing tokens of each state, for cloning: edge_head_[s] -> edge_next_ chain.
+  std::vector<int32_t> edge_head_, edge_next_;
+  std::vector<Token> edge_token_;
+
+  // Positions in insertion order (the global clock that "most recent" refers to).
+  std::vector<uint32_t> pos_doc_, pos_off_;
+  std::vector<int32_t> own_next_;
+
+  uint64_t epoch_ = 0;  // bumped when positions are renumbered (remove)
+  bool frozen_ = false;
+  std::atomic<int> busy_{0};
+};
+
+// Tracks the longest suffix (at most max_match tokens) of the fed tokens that occurs in
+// the index with at least one token after it. Amortized O(1) per fed token. Holds the
+// index weakly: after the index is closed every call raises StateError.
+class MatchCursor {
+ public:
+  MatchCursor(std::shared_ptr<TokenIndex> index, int32_t max_match);
+
+  void extend(const Token* tokens, size_t n);
+  int32_t match_length();
+  std::vector<Occurrence> occurrences(size_t max_count);
+  // rule 0: most frequent group of next-3 tokens among the max_occurrences most recent
+  // occurrences, ties to the most recent; rule 1: the earliest occurrence.
+  std::vector<Token> continuation(size_t max_tokens, int rule, size_t max_occurrences);
+  size_t num_fed() const { return num_fed_; }
+  int32_t max_match() const { return max_match_; }
+
+ private:
+  std::shared_ptr<TokenIndex> lock() const;
+  void sync(const TokenIndex& idx);
+  void step(const TokenIndex& idx, Token c);
+  void rematch(const TokenIndex& idx, size_t length);
+  void push_tail(Token c);
+
+  std::weak_ptr<TokenIndex> index_;
+  int32_t max_match_;
+  std::vector<Token> tail_;  // the last fed tokens (at least max_match_ of them)
+  size_t num_fed_ = 0;
+  int32_t state_ = 0;
+  int32_t len_ = 0;
+  uint64_t epoch_ = 0;
+  size_t synced_positions_ = 0;
+};
+
+}  // namespace agspec
