@@ -1,0 +1,1 @@
+"""Baseline drafters (PLD, REST, SAM-Decoding, SuffixDecoding, FastCoder), each a `CallDrafter`."""
