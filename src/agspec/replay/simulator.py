@@ -1,0 +1,333 @@
+"""Replay recorded sessions against a drafter, token by token, at batch size B.
+
+Greedy decoding is lossless, so the model's output is the recorded output whatever the
+drafter proposes; a draft's accept length is the longest common prefix of the draft and
+the recorded continuation. Each step commits that prefix plus one bonus token (the token
+the model writes itself), or only the prefix when the draft covered the rest of the
+output (no EOS is modelled).
+
+Worked example: output `[8, 9, 12, 13]`, a drafter that always proposes `[8, 9, 10]`.
+Step 1 at position 0: LCP(`[8, 9, 10]`, `[8, 9, 12, 13]`) = 2, commit `[8, 9, 12]`.
+Step 2 at position 3: LCP(`[8, 9, 10]`, `[13]`) = 0, commit `[13]`. Two steps, accept
+lengths 2 and 0, four tokens.
+
+Batching (`replay_batched`): B slots; sessions start in order as slots free up (a slot
+whose session finished takes the next session in the same step). Every batch step
+verifies one step of each active session together and costs
+`cost_model.step_cost(n_tokens, num_active)`. With `batch_cost="mean"` (default),
+`n_tokens = 1 + mean draft length over the active requests`: vLLM v1 flattens the
+requests' tokens into one ragged batch without per-request padding, so the verification
+work follows the total token count, `num_active * (1 + mean draft)`. `"max"` models a
+padded batch (every request padded to the longest draft, as static-shape engines do).
+AR is the same schedule with no drafts (`n_tokens = 1`), computed in closed form by
+`ar_cost`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agspec.replay.records import ReplaySession, StepRecorder
+
+BATCH_COST_RULES = ("mean", "max")
+
+
+class StepCostModel(Protocol):
+    """Cost of one verification step relative to one plain decode step (1.0 at n=1, B=1)."""
+
+    def step_cost(self, n_tokens: float, batch_size: int) -> float: ...
+
+
+@dataclass
+class BatchResult:
+    """Totals of one replay of a set of sessions at one batch size.
+
+    Costs are in units of one batch-1 decode step (`StepCostModel`); `*_ms` convert them
+    with `decode_step_ms`.
+    """
+
+    batch_size: int
+    num_sessions: int
+    num_output_tokens: int
+    num_steps: int  # request steps (one per verification of one request)
+    num_batch_steps: int
+    num_drafted_tokens: int
+    num_accepted_tokens: int
+    spec_cost: float
+    ar_cost: float
+    draft_ns: int  # CPU time in the drafter: propose + accept + begin/end/open_artifact
+    decode_step_ms: float
+    recorder: StepRecorder = field(repr=False)
+
+    @property
+    def mean_accept_length(self) -> float:
+        return self.num_accepted_tokens / self.num_steps if self.num_steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.num_output_tokens / self.num_steps if self.num_steps else 0.0
+
+    @property
+    def speedup(self) -> float:
+        """Modelled throughput over AR in the same run (drafting time not counted)."""
+        return self.ar_cost / self.spec_cost if self.spec_cost else 1.0
+
+    @property
+    def spec_ms(self) -> float:
+        return self.spec_cost * self.decode_step_ms
+
+    @property
+    def ar_ms(self) -> float:
+        return self.ar_cost * self.decode_step_ms
+
+    @property
+    def speedup_with_drafting(self) -> float:
+        """Speedup when the measured CPU drafting time is added to the modelled time.
+
+        Drafting of the requests in one batch step is taken as sequential (one CPU thread
+        drafts for the whole batch, as vLLM's n-gram proposer does).
+        """
+        total_ms = self.spec_ms + self.draft_ns / 1e6
+        return self.ar_ms / total_ms if total_ms else 1.0
+
+    @property
+    def draft_us_per_token(self) -> float:
+        return self.draft_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "num_sessions": self.num_sessions,
+            "num_output_tokens": self.num_output_tokens,
+            "num_steps": self.num_steps,
+            "num_batch_steps": self.num_batch_steps,
+            "num_drafted_tokens": self.num_drafted_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "mean_accept_length": self.mean_accept_length,
+            "tokens_per_step": self.tokens_per_step,
+            "spec_cost_steps": self.spec_cost,
+            "ar_cost_steps": self.ar_cost,
+            "speedup": self.speedup,
+            "decode_step_ms": self.decode_step_ms,
+            "draft_ms": self.draft_ns / 1e6,
+            "draft_us_per_token": self.draft_us_per_token,
+            "speedup_with_drafting": self.speedup_with_drafting,
+            "throughput_tokens_per_s": (
+                self.num_output_tokens / (self.spec_ms / 1e3) if self.spec_ms else 0.0
+            ),
+            "ar_throughput_tokens_per_s": (
+                self.num_output_tokens / (self.ar_ms / 1e3) if self.ar_ms else 0.0
+            ),
+        }
+
+
+def _session_steps(
+    server: Any, session: ReplaySession, session_name: str, max_draft_tokens: int
+) -> Iterator[list[Any]]:
+    """Replay one session; yield one record row per step (batch fields appended later).
+
+    Returns (as StopIteration value) drafter time spent after the last step (end calls).
+    """
+    clock = time.perf_counter_ns
+    t0 = clock()
+    dsession = server.session(session.session_id, emission_format=session.emission_format)
+    overhead_ns = clock() - t0  # charged to the next step
+    seen_artifacts: set[tuple[str, str]] = set()
+    for call_index, call in enumerate(session.calls):
+        prompt = call.prompt_ids if isinstance(call.prompt_ids, list) else list(call.prompt_ids)
+        out = call.output_ids if isinstance(call.output_ids, list) else list(call.output_ids)
+        t0 = clock()
+        for artifact in call.artifacts:
+            if artifact not in seen_artifacts:
+                seen_artifacts.add(artifact)
+                dsession.open_artifact(artifact[0], artifact[1])
+        drafter = dsession.call(call.agent, call.role, call.turn)
+        drafter.begin(prompt)
+        overhead_ns += clock() - t0
+        num_out = len(out)
+        pos = 0
+        step = 0
+        while pos < num_out:
+            t0 = clock()
+            draft = drafter.propose(max_draft_tokens)
+            t1 = clock()
+            num_drafted = len(draft)
+            if num_drafted > max_draft_tokens:
+                raise ValueError(
+                    f"drafter {getattr(server, 'name', server)!r} proposed {num_drafted} "
+                    f"tokens, more than the {max_draft_tokens} asked for"
+                )
+            remaining = num_out - pos
+            limit = num_drafted if num_drafted < remaining else remaining
+            accepted = 0
+            while accepted < limit and draft[accepted] == out[pos + accepted]:
+                accepted += 1
+            # The bonus token, unless the draft already covered the rest of the output.
+            committed = accepted if accepted == remaining else accepted + 1
+            match_length = getattr(drafter, "last_match_length", None)
+            source = getattr(drafter, "last_source", None)
+            t2 = clock()
+            drafter.accept(out[pos : pos + committed])
+            t3 = clock()
+            yield [
+                session_name,
+                call_index,
+                call.agent,
+                call.role,
+                call.turn,
+                step,
+                pos,
+                num_drafted,
+                accepted,
+                committed,
+                match_length,
+                source,
+                (t1 - t0) + (t3 - t2) + overhead_ns,
+            ]
+            overhead_ns = 0
+            pos += committed
+            step += 1
+        t0 = clock()
+        drafter.end()
+        overhead_ns += clock() - t0
+    t0 = clock()
+    dsession.end()
+    return overhead_ns + clock() - t0
+
+
+def ar_cost(
+    session_tokens: Sequence[int], *, batch_size: int, cost_model: StepCostModel
+) -> tuple[float, int]:
+    """Modelled cost and batch-step count of AR decoding under the same slot schedule.
+
+    Each session occupies a slot for as many steps as it has output tokens; sessions
+    start in order in the slot that frees first (lowest index on ties), which is what
+    `replay_batched` does with a drafter that proposes nothing.
+
+    >>> class Flat:
+    ...     def step_cost(self, n_tokens, batch_size): return 1.0
+    >>> ar_cost([3, 1, 2], batch_size=2, cost_model=Flat())
+    (4.0, 4)
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    free: list[tuple[int, int]] = [(0, i) for i in range(batch_size)]
+    deltas: dict[int, int] = {}
+    for tokens in session_tokens:
+        if tokens <= 0:
+            continue
+        start, slot = heapq.heappop(free)
+        end = start + tokens
+        deltas[start] = deltas.get(start, 0) + 1
+        deltas[end] = deltas.get(end, 0) - 1
+        heapq.heappush(free, (end, slot))
+    cost = 0.0
+    active = 0
+    steps = 0
+    times = sorted(deltas)
+    for t, t_next in zip(times, times[1:], strict=False):
+        active += deltas[t]
+        if active > 0:
+            cost += (t_next - t) * cost_model.step_cost(1, active)
+            steps += t_next - t
+    return cost, steps
+
+
+def replay_batched(
+    sessions: Sequence[tuple[ReplaySession, Any]],
+    *,
+    batch_size: int,
+    cost_model: StepCostModel,
+    max_draft_tokens: int = 64,
+    batch_cost: str = "mean",
+    decode_step_ms: float = 1.0,
+    on_progress: Callable[[int], None] | None = None,
+) -> BatchResult:
+    """Replay `(session, drafter server)` pairs B at a time; see the module docstring.
+
+    Each session is replayed with its own server (servers differ per fold of the global
+    corpus split). Record rows are kept in `BatchResult.recorder`.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_draft_tokens < 0:
+        raise ValueError(f"max_draft_tokens must be >= 0, got {max_draft_tokens}")
+    if batch_cost not in BATCH_COST_RULES:
+        raise ValueError(f"batch_cost must be one of {BATCH_COST_RULES}, got {batch_cost!r}")
+    recorder = StepRecorder()
+    append = recorder.append_row
+    pending = iter(enumerate(sessions))
+    slots: list[Iterator[list[Any]] | None] = [None] * batch_size
+    exhausted = False
+    draft_ns = 0
+    spec = 0.0
+    batch_step = 0
+    num_steps = num_drafted = num_accepted = num_tokens = 0
+    use_max = batch_cost == "max"
+    while True:
+        rows: list[list[Any]] = []
+        for i in range(batch_size):
+            while True:
+                gen = slots[i]
+                if gen is None:
+                    if exhausted:
+                        break
+                    nxt = next(pending, None)
+                    if nxt is None:
+                        exhausted = True
+                        break
+                    index, (session, server) = nxt
+                    gen = _session_steps(server, session, session.session_id, max_draft_tokens)
+                    slots[i] = gen
+                try:
+                    rows.append(next(gen))
+                    break
+                except StopIteration as stop:
+                    draft_ns += int(stop.value or 0)
+                    slots[i] = None
+        if not rows:
+            break
+        num_active = len(rows)
+        total_drafted = 0
+        longest = 0
+        step_tokens = 0
+        for row in rows:
+            drafted = row[7]
+            total_drafted += drafted
+            if drafted > longest:
+                longest = drafted
+            num_accepted += row[8]
+            step_tokens += row[9]
+            draft_ns += row[12]
+            row.append(batch_step)
+            row.append(num_active)
+            append(row)
+        n_tokens = 1 + (longest if use_max else total_drafted / num_active)
+        spec += cost_model.step_cost(n_tokens, num_active)
+        num_drafted += total_drafted
+        num_steps += num_active
+        num_tokens += step_tokens
+        batch_step += 1
+        if on_progress is not None:
+            on_progress(step_tokens)
+    ar, _ = ar_cost(
+        [s.num_output_tokens for s, _ in sessions], batch_size=batch_size, cost_model=cost_model
+    )
+    return BatchResult(
+        batch_size=batch_size,
+        num_sessions=len(sessions),
+        num_output_tokens=num_tokens,
+        num_steps=num_steps,
+        num_batch_steps=batch_step,
+        num_drafted_tokens=num_drafted,
+        num_accepted_tokens=num_accepted,
+        spec_cost=spec,
+        ar_cost=ar,
+        draft_ns=draft_ns,
+        decode_step_ms=decode_step_ms,
+        recorder=recorder,
+    )
