@@ -14,6 +14,7 @@ import sys
 # Module names under agspec.cli, in the order `agspec --help` lists them.
 _GROUPS = [
     "index_cmd",
+    "replay_cmd",
 ]
 
 

@@ -1,0 +1,94 @@
+"""Tables from one or several run folders (`summary.json`).
+
+`load_entries(dirs)` reads the entries; `format_table(entries)` prints one row per source
+and drafter with, per batch size, the modelled speedup over AR, tokens per step, mean
+accept length (bonus token excluded), the speedup once measured CPU drafting time is
+added, and drafting microseconds per output token.
+
+Example row (B = 1 only): `swe-agent  pld-hf   2.05x  2.14  1.14  2.01x  3.2`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load_entries(dirs: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
+    """Every summary entry of the given run folders, each tagged with its `run` folder."""
+    entries: list[dict[str, Any]] = []
+    for d in dirs:
+        path = Path(d) / "summary.json"
+        if not path.is_file():
+            raise ValueError(f"{d}: not a replay run folder (no summary.json)")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        for entry in data.get("entries", []):
+            entries.append({**entry, "run": str(d)})
+    return entries
+
+
+def format_table(entries: Sequence[dict[str, Any]]) -> str:
+    """A plain-text comparison table: rows source x drafter, column groups per batch size."""
+    if not entries:
+        return "(no entries)"
+    batch_sizes = sorted({e["batch_size"] for e in entries})
+    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for e in entries:
+        rows.setdefault((e["source"], e["drafter"]), {})[e["batch_size"]] = e
+    header = ["source", "drafter"]
+    for b in batch_sizes:
+        header += [f"B={b} speedup", "tok/step", "accept", "w/ draft", "draft us/tok"]
+    lines = [header]
+    for (source, drafter), by_b in rows.items():
+        line = [source, drafter]
+        for b in batch_sizes:
+            e = by_b.get(b)
+            if e is None:
+                line += ["-"] * 5
+                continue
+            line += [
+                f"{e['speedup']:.2f}x",
+                f"{e['tokens_per_step']:.2f}",
+                f"{e['mean_accept_length']:.2f}",
+                f"{e['speedup_with_drafting']:.2f}x",
+                f"{e['draft_us_per_token']:.1f}",
+            ]
+        lines.append(line)
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    out = []
+    for i, row in enumerate(lines):
+        cells = [
+            cell.ljust(widths[j]) if j < 2 else cell.rjust(widths[j]) for j, cell in enumerate(row)
+        ]
+        out.append("  ".join(cells).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def format_agent_table(entries: Sequence[dict[str, Any]], *, batch_size: int = 1) -> str:
+    """Mean accept length per agent (rows) and drafter (columns) at one batch size."""
+    chosen = [e for e in entries if e["batch_size"] == batch_size]
+    if not chosen:
+        return f"(no entries at B={batch_size})"
+    drafters = list(dict.fromkeys(e["drafter"] for e in chosen))
+    keys = sorted({(e["source"], a) for e in chosen for a in e.get("per_agent", {})})
+    by = {(e["source"], e["drafter"]): e for e in chosen}
+    header = ["source", "agent", *drafters]
+    lines = [header]
+    for source, agent in keys:
+        line = [source, agent]
+        for d in drafters:
+            stats = by.get((source, d), {}).get("per_agent", {}).get(agent)
+            line.append(f"{stats['mean_accept_length']:.2f}" if stats else "-")
+        lines.append(line)
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
+    )

@@ -1,0 +1,423 @@
+"""A whole replay run: traces in, a run folder out.
+
+The run groups sessions by source (each source is its own experiment: its own split,
+its own batches), splits each source's sessions into two folds by a hash of the session
+id, and gives every drafter of fold A a global corpus made of fold B's recorded outputs
+(and prompts, with `global_prompts=True`), and vice versa. So the global corpus never
+holds the session being replayed. Each (source, drafter, batch size) is one
+`replay_batched` with fresh servers.
+
+Run folder: `config.json` (every setting, the split stated in words), `steps/` (one
+parquet or JSONL file of step records per source, drafter and batch size),
+`summary.json` (one entry per source, drafter and batch size, with per-agent and
+per-agent-per-turn accept lengths).
+
+Example: sessions `a`, `e`, `b` with `fold_of` 0, 1, 0: sessions `a` and `b` are
+replayed with a global corpus of `e`'s outputs, `e` with `a`'s and `b`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from array import array
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agspec.replay.oracle import ORACLE_SCOPES, OracleServer
+from agspec.replay.records import ReplayCall, ReplaySession, StepRecorder, write_steps
+from agspec.replay.registry import ORACLE, drafter_names, make_server
+from agspec.replay.simulator import BATCH_COST_RULES, BatchResult, replay_batched
+
+GLOBAL_SPLITS = ("two-fold", "none")
+# Used to turn modelled steps into milliseconds when the cost model has no absolute time.
+DEFAULT_DECODE_STEP_MS = 20.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every setting of a run; written to `config.json`."""
+
+    drafters: tuple[str, ...]
+    batch_sizes: tuple[int, ...] = (1, 16)
+    cost_model: str = "h200-qwen2.5-32b"
+    max_draft_tokens: int = 64
+    batch_cost: str = "mean"
+    oracle_cap_tokens: int = 64
+    oracle_scope: str = "session"
+    global_split: str = "two-fold"
+    global_prompts: bool = False
+    tokenizer: str = "qwen2.5"
+    limit_sessions: int | None = None
+    decode_step_ms: float | None = None  # None: the cost model's, else DEFAULT_DECODE_STEP_MS
+    traces: tuple[str, ...] = ()
+    write_steps: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.drafters:
+            raise ValueError("no drafters given")
+        known = drafter_names()
+        for name in self.drafters:
+            if name not in known:
+                raise ValueError(f"unknown drafter {name!r}; known: {', '.join(known)}")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+        if self.max_draft_tokens < 1 or self.oracle_cap_tokens < 1:
+            raise ValueError("max_draft_tokens and oracle_cap_tokens must be >= 1")
+        if self.batch_cost not in BATCH_COST_RULES:
+            raise ValueError(f"batch_cost must be one of {BATCH_COST_RULES}")
+        if self.global_split not in GLOBAL_SPLITS:
+            raise ValueError(f"global_split must be one of {GLOBAL_SPLITS}")
+        if self.oracle_scope not in ORACLE_SCOPES:
+            raise ValueError(f"oracle_scope must be one of {ORACLE_SCOPES}")
+        if self.limit_sessions is not None and self.limit_sessions < 1:
+            raise ValueError(f"limit_sessions must be >= 1, got {self.limit_sessions}")
+
+    def split_description(self) -> str:
+        if self.global_split == "none":
+            return "no global corpus: drafters get no text from other sessions"
+        what = "outputs and prompts" if self.global_prompts else "outputs"
+        return (
+            "two-fold disjoint split per source: fold = sha1(session_id) mod 2; the global "
+            f"corpus of one fold is the recorded {what} of the other fold's sessions, so it "
+            "never holds the session being replayed"
+        )
+
+
+def fold_of(session_id: str) -> int:
+    """Fold (0 or 1) of a session: the low bit of sha1 of its id; stable across runs.
+
+    >>> [fold_of(s) for s in ("a", "b", "e", "f")]
+    [0, 0, 1, 1]
+    """
+    return hashlib.sha1(session_id.encode("utf-8")).digest()[-1] & 1
+
+
+def global_docs_by_fold(
+    sessions: Sequence[ReplaySession], *, include_prompts: bool
+) -> dict[int, list[list[int]]]:
+    """The global corpus each fold sees: every call output (and prompt) of the other fold."""
+    docs: dict[int, list[list[int]]] = {0: [], 1: []}
+    for s in sessions:
+        other = 1 - fold_of(s.session_id)
+        for call in s.calls:
+            if include_prompts and len(call.prompt_ids):
+                docs[other].append(list(call.prompt_ids))
+            if len(call.output_ids):
+                docs[other].append(list(call.output_ids))
+    return docs
+
+
+def load_sessions(
+    paths: Iterable[str | os.PathLike[str]],
+    tokenizer: Any,
+    *,
+    limit_sessions: int | None = None,
+    on_session: Callable[[ReplaySession], None] | None = None,
+) -> list[ReplaySession]:
+    """Read AgSpec-format JSONL traces and tokenize every call (`agspec.traces.render_call`).
+
+    `limit_sessions` keeps the first N sessions of each source (in file order).
+    """
+    from agspec.traces import read_sessions, render_call
+
+    out: list[ReplaySession] = []
+    per_source: dict[str, int] = defaultdict(int)
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"trace file not found: {path}")
+        for session in read_sessions(path):
+            if limit_sessions is not None and per_source[session.source] >= limit_sessions:
+                continue
+            per_source[session.source] += 1
+            calls = []
+            formats: dict[str, int] = defaultdict(int)
+            for call in session.calls:
+                prompt_ids, output_ids = render_call(call, tokenizer)
+                formats[call.emission_format] += 1
+                calls.append(
+                    ReplayCall(
+                        agent=call.agent,
+                        role=call.role,
+                        turn=call.turn,
+                        prompt_ids=array("i", prompt_ids),
+                        output_ids=list(output_ids),
+                        artifacts=tuple((a.path, a.text) for a in call.artifacts),
+                    )
+                )
+            emission = max(formats, key=lambda k: formats[k]) if formats else "none"
+            replay = ReplaySession(
+                session_id=session.session_id,
+                calls=tuple(calls),
+                source=session.source,
+                emission_format=emission,
+                model=session.model,
+            )
+            out.append(replay)
+            if on_session is not None:
+                on_session(replay)
+    ids = [s.session_id for s in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("session ids repeat across the trace files; each must be unique")
+    return out
+
+
+def resolve_cost_model(spec: str, *, context_tokens: int) -> Any:
+    """A cost model by preset name, or from a profile file path (`agspec.costmodel`)."""
+    from agspec import costmodel
+
+    if os.path.exists(spec):
+        return costmodel.ProfileCostModel.load(spec)
+    return costmodel.get_cost_model(spec, context_tokens=context_tokens)
+
+
+def decode_step_ms_of(cost_model: Any, override: float | None) -> float:
+    """Absolute time of one batch-1 decode step: override, the model's, or the default."""
+    if override is not None:
+        return float(override)
+    for attr in ("decode_step_ms", "step_ms"):
+        value = getattr(cost_model, attr, None)
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    return DEFAULT_DECODE_STEP_MS
+
+
+def _agent_tables(recorder: StepRecorder) -> dict[str, Any]:
+    """Per-agent, per-role and per-agent-per-turn step counts, accepted and committed tokens."""
+    cols = recorder.columns
+    by_agent: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    by_turn: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    by_role: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for agent, role, turn, drafted, accepted, committed in zip(
+        cols["agent"],
+        cols["role"],
+        cols["turn"],
+        cols["drafted"],
+        cols["accepted"],
+        cols["committed"],
+        strict=True,
+    ):
+        a = by_agent[agent]
+        a[0] += 1
+        a[1] += drafted
+        a[2] += accepted
+        a[3] += committed
+        r = by_role[role]
+        r[0] += 1
+        r[1] += accepted
+        r[2] += committed
+        t = by_turn[(agent, turn)]
+        t[0] += 1
+        t[1] += accepted
+        t[2] += committed
+    per_agent = {
+        agent: {
+            "num_steps": s,
+            "num_drafted_tokens": d,
+            "num_accepted_tokens": acc,
+            "num_output_tokens": c,
+            "mean_accept_length": acc / s,
+            "tokens_per_step": c / s,
+        }
+        for agent, (s, d, acc, c) in sorted(by_agent.items())
+    }
+    per_role = {
+        role: {"num_steps": n, "mean_accept_length": acc / n, "tokens_per_step": c / n}
+        for role, (n, acc, c) in sorted(by_role.items())
+    }
+    per_turn = [
+        {"agent": agent, "turn": turn, "num_steps": s, "mean_accept_length": acc / s}
+        for (agent, turn), (s, acc, _c) in sorted(by_turn.items())
+    ]
+    return {"per_agent": per_agent, "per_role": per_role, "per_agent_turn": per_turn}
+
+
+def make_servers(
+    name: str,
+    sessions: Sequence[ReplaySession],
+    config: RunConfig,
+    *,
+    tokenizer: Any,
+    cost_model: Any,
+    batch_size: int,
+) -> dict[int, Any]:
+    """One fresh server per fold (the same server for both folds when there is no split)."""
+    if config.global_split == "none":
+        folds: dict[int, list[list[int]]] = {0: [], 1: []}
+    else:
+        folds = global_docs_by_fold(sessions, include_prompts=config.global_prompts)
+    servers: dict[int, Any] = {}
+    for fold in (0, 1):
+        if name == ORACLE:
+            tokenize = tokenizer.encode if tokenizer is not None else None
+            servers[fold] = OracleServer(
+                {s.session_id: [c.output_ids for c in s.calls] for s in sessions},
+                global_docs=folds[fold],
+                cap_tokens=config.oracle_cap_tokens,
+                scope=config.oracle_scope,
+                tokenize=tokenize,
+            )
+        else:
+            servers[fold] = make_server(
+                name,
+                global_docs=folds[fold],
+                tokenizer=tokenizer,
+                cost_model=cost_model,
+                batch_size=batch_size,
+            )
+        if config.global_split == "none":
+            servers[1] = servers[0]
+            break
+    return servers
+
+
+def run_replay(
+    sessions: Sequence[ReplaySession],
+    config: RunConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    tokenizer: Any,
+    cost_model_for: Callable[[int], Any] | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Replay every source x drafter x batch size; write the run folder; return summaries.
+
+    `cost_model_for(context_tokens)` gives the cost model of one source (default:
+    `resolve_cost_model(config.cost_model, ...)`); `context_tokens` is the source's mean
+    prompt length.
+    """
+    if not sessions:
+        raise ValueError("no sessions to replay")
+    out = Path(out_dir)
+    (out / "steps").mkdir(parents=True, exist_ok=True)
+    if cost_model_for is None:
+
+        def cost_model_for(context_tokens: int) -> Any:
+            return resolve_cost_model(config.cost_model, context_tokens=context_tokens)
+
+    by_source: dict[str, list[ReplaySession]] = defaultdict(list)
+    for s in sessions:
+        by_source[s.source].append(s)
+    sources_info = {}
+    entries: list[dict[str, Any]] = []
+    for source, group in by_source.items():
+        num_calls = sum(len(s.calls) for s in group)
+        context_tokens = int(
+            sum(len(c.prompt_ids) for s in group for c in s.calls) / max(num_calls, 1)
+        )
+        cost_model = cost_model_for(context_tokens)
+        step_ms = decode_step_ms_of(cost_model, config.decode_step_ms)
+        sources_info[source] = {
+            "num_sessions": len(group),
+            "num_calls": num_calls,
+            "num_output_tokens": sum(s.num_output_tokens for s in group),
+            "mean_prompt_tokens": context_tokens,
+            "fold_sizes": [sum(1 for s in group if fold_of(s.session_id) == f) for f in (0, 1)],
+            "cost_model": repr(cost_model),
+            "decode_step_ms": step_ms,
+        }
+        for name in config.drafters:
+            for batch_size in config.batch_sizes:
+                servers = make_servers(
+                    name,
+                    group,
+                    config,
+                    tokenizer=tokenizer,
+                    cost_model=cost_model,
+                    batch_size=batch_size,
+                )
+                pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
+                t0 = time.perf_counter()
+                result = _replay_with_progress(
+                    pairs,
+                    config,
+                    batch_size=batch_size,
+                    cost_model=cost_model,
+                    decode_step_ms=step_ms,
+                    label=f"{source} {name} B={batch_size}",
+                    progress=progress,
+                )
+                wall_s = time.perf_counter() - t0
+                entry = _entry(source, name, result, config, wall_s)
+                if config.write_steps:
+                    stem = out / "steps" / f"{_safe(source)}__{_safe(name)}__b{batch_size}"
+                    path = write_steps(
+                        result.recorder,
+                        stem,
+                        extra={"source": source, "drafter": name, "batch_size": batch_size},
+                    )
+                    entry["steps_file"] = str(path.relative_to(out))
+                entries.append(entry)
+                _write_json(out / "summary.json", {"entries": entries})
+    config_json = asdict(config)
+    config_json["split"] = config.split_description()
+    config_json["sources"] = sources_info
+    _write_json(out / "config.json", config_json)
+    _write_json(out / "summary.json", {"split": config.split_description(), "entries": entries})
+    return entries
+
+
+def _replay_with_progress(
+    pairs: list[tuple[ReplaySession, Any]],
+    config: RunConfig,
+    *,
+    batch_size: int,
+    cost_model: Any,
+    decode_step_ms: float,
+    label: str,
+    progress: bool,
+) -> BatchResult:
+    total = sum(s.num_output_tokens for s, _ in pairs)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=label, unit="tok", leave=False, mininterval=0.5)
+    pending = [0]
+
+    def on_progress(tokens: int) -> None:
+        pending[0] += tokens
+        if pending[0] >= 4096 and bar is not None:
+            bar.update(pending[0])
+            pending[0] = 0
+
+    try:
+        return replay_batched(
+            pairs,
+            batch_size=batch_size,
+            cost_model=cost_model,
+            max_draft_tokens=config.max_draft_tokens,
+            batch_cost=config.batch_cost,
+            decode_step_ms=decode_step_ms,
+            on_progress=on_progress if bar is not None else None,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _entry(
+    source: str, name: str, result: BatchResult, config: RunConfig, wall_s: float
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"source": source, "drafter": name}
+    entry.update(result.summary())
+    entry["replay_wall_s"] = wall_s
+    entry["split"] = config.global_split
+    entry.update(_agent_tables(result.recorder))
+    return entry
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
