@@ -48,10 +48,11 @@ def format_table(entries: Sequence[dict[str, Any]]) -> str:
     for (source, drafter), by_b in rows.items():
         line = [source, drafter]
         for b in batch_sizes:
-            e = by_b.get(b)
-            if e is None:
+            found = by_b.get(b)
+            if found is None:
                 line += ["-"] * 5
                 continue
+            e = found
             line += [
                 f"{e['speedup']:.2f}x",
                 f"{e['tokens_per_step']:.2f}",

@@ -170,8 +170,9 @@ def load_sessions(
 
 def resolve_cost_model(spec: str, *, context_tokens: int) -> Any:
     """A cost model by preset name, or from a profile file path (`agspec.costmodel`)."""
-    from agspec import costmodel
+    import importlib
 
+    costmodel: Any = importlib.import_module("agspec.costmodel")
     if os.path.exists(spec):
         return costmodel.ProfileCostModel.load(spec)
     return costmodel.get_cost_model(spec, context_tokens=context_tokens)

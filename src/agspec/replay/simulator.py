@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -127,7 +127,7 @@ class BatchResult:
 
 def _session_steps(
     server: Any, session: ReplaySession, session_name: str, max_draft_tokens: int
-) -> Iterator[list[Any]]:
+) -> Generator[list[Any], None, int]:
     """Replay one session; yield one record row per step (batch fields appended later).
 
     Returns (as StopIteration value) drafter time spent after the last step (end calls).
