@@ -123,8 +123,10 @@ def test_large_alphabet_ids_match_brute_force(op_list):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=60), min_size=1, max_size=12),
-       st.lists(st.integers(0, 40), max_size=40))
+@given(
+    st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=60), min_size=1, max_size=12),
+    st.lists(st.integers(0, 40), max_size=40),
+)
 def test_many_documents_and_interleaved_growth(docs, query):
     idx, ref = TokenIndex(), BruteIndex()
     cur = idx.match(max_match_tokens=16)

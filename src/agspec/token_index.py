@@ -52,7 +52,9 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
         arr = np.ascontiguousarray(tokens)
     else:
         if isinstance(tokens, (str, bytes)):
-            raise TypeError(f"{what} must be a sequence of int token ids, got {type(tokens).__name__}")
+            raise TypeError(
+                f"{what} must be a sequence of int token ids, got {type(tokens).__name__}"
+            )
         items = list(tokens)
         for i, t in enumerate(items):
             if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
@@ -155,7 +157,7 @@ class TokenIndex:
     def __contains__(self, doc_id: object) -> bool:
         if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
             return False
-        return doc_id >= 0 and bool(self._native.contains(int(doc_id)))
+        return bool(doc_id >= 0) and bool(self._native.contains(int(doc_id)))
 
     def __len__(self) -> int:
         return self.num_documents

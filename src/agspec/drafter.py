@@ -1,0 +1,404 @@
+"""The AgSpec drafter: server → session → per-call drafter (paper §3).
+
+    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), global_corpus=g)
+    session = server.session("task-42", emission_format="unified_diff")
+    session.open_artifact("src/app.py", text)
+    call = session.call(agent="coder", role="code", turn=1)
+    call.begin(prompt_ids)
+    draft = call.propose(32)        # ... the engine verifies ...
+    call.accept(committed_ids)      # accepted draft prefix + the bonus token
+    call.end()
+    session.end()
+
+Per step: the same context is matched in the session, workspace and global corpora
+(longest match lengths m_s, m_w, m_g); the draft comes from global only when
+m_g > max(m_s, m_w) + δ, else from workspace when m_w > m_s, else from session.
+Session and global copy the most frequent next-3-token group (ties: most recent);
+workspace copies its first occurrence. Length: L = min(max(1, ⌊α_a·m⌋), C_a), no more
+than the tokens available.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
+from agspec.protocol import accept_length
+from agspec.token_index import ContinuationRule, MatchCursor, TokenIndex, as_tokens
+
+log = logging.getLogger(__name__)
+
+Source = Literal["request", "session", "workspace", "global"]
+LengthMode = Literal["static", "match", "cap", "cap+scale"]
+
+
+@dataclass(frozen=True)
+class AgSpecConfig:
+    """Knobs of the drafter; the named variants below are the paper's ablations."""
+
+    use_request: bool = False  # a per-call corpus of the call's own prompt and output only
+    use_session: bool = True
+    use_workspace: bool = True
+    use_emission_forms: bool = True
+    use_global: bool = True
+    global_margin_tokens: int = 4  # δ: global must beat the live match by more than this
+    length_mode: LengthMode = "cap+scale"
+    static_length_tokens: int = 8  # the draft length of length_mode="static"
+    default_cap_tokens: int = 16  # C_a for agents without a profiled cap
+    max_match_tokens: int = 64
+    max_occurrences: int = 32
+    scale_step: float = 0.05  # η of the online scale
+    scale_min: float = 0.25
+    scale_max: float = 4.0
+    break_even_prob: float = 0.5  # p*, overridden by the cost model when one is given
+    session_ttl_s: float = 3600.0
+    live_token_budget: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        if self.length_mode not in ("static", "match", "cap", "cap+scale"):
+            raise ValueError(f"unknown length_mode {self.length_mode!r}")
+        for name in (
+            "global_margin_tokens",
+            "static_length_tokens",
+            "default_cap_tokens",
+            "max_match_tokens",
+            "max_occurrences",
+        ):
+            if getattr(self, name) < (0 if name == "global_margin_tokens" else 1):
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.break_even_prob < 1.0:
+            raise ValueError("break_even_prob must be in (0, 1)")
+
+
+# The ablation ladder of the replay lab, by name.
+VARIANTS: dict[str, AgSpecConfig] = {
+    "agspec": AgSpecConfig(),
+    "agspec-request-only": AgSpecConfig(
+        use_request=True, use_session=False, use_workspace=False, use_global=False
+    ),
+    "agspec-session": AgSpecConfig(use_workspace=False, use_global=False),
+    "agspec-session+workspace": AgSpecConfig(use_emission_forms=False, use_global=False),
+    "agspec-session+workspace+forms": AgSpecConfig(use_global=False),
+    "agspec-static": AgSpecConfig(length_mode="static"),
+    "agspec-match": AgSpecConfig(length_mode="match"),
+    "agspec-cap": AgSpecConfig(length_mode="cap"),
+}
+
+
+def choose_source(m_s: int, m_w: int, m_g: int, margin: int) -> Source | None:
+    """The paper's preference: global only when it beats both live matches by > margin.
+
+    >>> choose_source(3, 5, 9, 4), choose_source(3, 5, 10, 4), choose_source(3, 3, 0, 4)
+    ('workspace', 'global', 'session')
+    """
+    if m_g > max(m_s, m_w) + margin:
+        return "global"
+    if m_w > m_s:
+        return "workspace"
+    if m_s > 0:
+        return "session"
+    return None
+
+
+@dataclass
+class LengthState:
+    """Per-agent caps C_a (offline) and scales α_a (online), shared by a server."""
+
+    config: AgSpecConfig
+    caps: dict[str, int] = field(default_factory=dict)
+    scales: dict[str, float] = field(default_factory=dict)
+    _warned: set[str] = field(default_factory=set)
+
+    def cap(self, agent: str) -> int:
+        cap = self.caps.get(agent)
+        if cap is None:
+            if agent not in self._warned and self.caps:
+                log.info(
+                    "no profiled cap for agent %r: using %d", agent, self.config.default_cap_tokens
+                )
+            self._warned.add(agent)
+            return self.config.default_cap_tokens
+        return cap
+
+    def draft_length(self, agent: str, match_length: int) -> tuple[int, bool]:
+        """(L, cut_by_cap) before the available-token bound."""
+        cfg = self.config
+        if match_length <= 0:
+            return 0, False
+        if cfg.length_mode == "static":
+            return cfg.static_length_tokens, False
+        alpha = self.scales.get(agent, 1.0) if cfg.length_mode == "cap+scale" else 1.0
+        want = max(1, int(alpha * match_length))
+        if cfg.length_mode == "match":
+            return want, False
+        cap = self.cap(agent)
+        return min(want, cap), want > cap
+
+    def update(self, agent: str, drafted: int, accepted: int, cut_by_cap: bool) -> None:
+        """α_a += η·(1[fully accepted] − p*); skipped when a full accept was capped."""
+        cfg = self.config
+        if cfg.length_mode != "cap+scale" or drafted == 0:
+            return
+        full = accepted >= drafted
+        if full and cut_by_cap:
+            return  # censored: the cap, not the scale, limited this draft
+        alpha = self.scales.get(agent, 1.0) + cfg.scale_step * (float(full) - cfg.break_even_prob)
+        self.scales[agent] = min(cfg.scale_max, max(cfg.scale_min, alpha))
+
+
+class AgSpecServer:
+    """Process-level state: the global corpus, caps, scales; creates sessions."""
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any,
+        global_corpus: GlobalCorpus | None = None,
+        config: AgSpecConfig | None = None,
+        caps: dict[str, int] | None = None,
+        name: str = "agspec",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.config = config or AgSpecConfig()
+        self.tokenizer = tokenizer
+        self.global_corpus = global_corpus if self.config.use_global else None
+        self.lengths = LengthState(self.config, dict(caps or {}))
+        self.separator_id: int | None = getattr(tokenizer, "im_start_id", None)
+        self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
+        self._clock = clock
+
+    def with_break_even(self, p_star: float) -> AgSpecServer:
+        self.config = replace(self.config, break_even_prob=p_star)
+        self.lengths.config = self.config
+        return self
+
+    def session(self, session_id: str, *, emission_format: str = "none") -> AgSpecSession:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty str")
+        s = self._sessions.get(session_id)
+        if s is None:
+            self._evict()
+            s = AgSpecSession(self, session_id, emission_format)
+            self._sessions[session_id] = s
+        self.touch(session_id)
+        return s
+
+    def get_session(self, session_id: str) -> AgSpecSession:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise KeyError(f"unknown session {session_id!r} (ended or evicted)") from None
+
+    def touch(self, session_id: str) -> None:
+        s = self._sessions[session_id]
+        s.last_used = self._clock()
+        self._sessions.move_to_end(session_id)
+
+    def end_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    @property
+    def live_tokens(self) -> int:
+        return sum(s.num_tokens for s in self._sessions.values())
+
+    def _evict(self) -> None:
+        """Drops sessions idle past the TTL, then the oldest while over the token budget."""
+        now = self._clock()
+        for sid in [
+            k for k, s in self._sessions.items() if now - s.last_used > self.config.session_ttl_s
+        ]:
+            log.info("evicting idle session %s", sid)
+            self._sessions.pop(sid).closed = True
+        while self._sessions and self.live_tokens > self.config.live_token_budget:
+            sid, s = self._sessions.popitem(last=False)
+            log.info("evicting session %s to stay within the live token budget", sid)
+            s.closed = True
+
+
+class AgSpecSession:
+    """Session and workspace corpora of one session; `call(...)` makes a drafter."""
+
+    def __init__(self, server: AgSpecServer, session_id: str, emission_format: str) -> None:
+        cfg = server.config
+        self.server = server
+        self.session_id = session_id
+        self.session_corpus = SessionCorpus(separator_id=server.separator_id)
+        self.workspace = WorkspaceCorpus(
+            server.tokenizer.encode, emission_format, with_emission_forms=cfg.use_emission_forms
+        )
+        self.last_used = 0.0
+        self.closed = False
+        self._num_calls = 0
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KeyError(f"session {self.session_id!r} was ended or evicted")
+
+    def open_artifact(self, path: str, text: str) -> int:
+        self._check_open()
+        if not self.server.config.use_workspace:
+            return 0
+        return self.workspace.open_artifact(path, text)
+
+    def call(self, agent: str, role: str = "other", turn: int = 0) -> AgSpecCall:
+        self._check_open()
+        self._num_calls += 1
+        return AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
+
+    def end(self) -> None:
+        self.closed = True
+        self.server.end_session(self.session_id)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.session_corpus.num_tokens + self.workspace.num_tokens
+
+
+class AgSpecCall:
+    """One model call: `begin / propose / accept / end`.
+
+    After `propose`, `last_source` and `last_match_length` say where the draft came from.
+    """
+
+    def __init__(self, session: AgSpecSession, agent: str, role: str, turn: int, doc_id: int):
+        self.session = session
+        self.agent, self.role, self.turn = agent, role, turn
+        self._doc_id = doc_id
+        self._cursors: dict[Source, MatchCursor] = {}
+        self._request: TokenIndex | None = None
+        self._draft: list[int] = []
+        self._cut_by_cap = False
+        self._begun = False
+        self._ended = False
+        self.last_source: Source | None = None
+        self.last_match_length = 0
+
+    def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
+        if self._begun:
+            raise RuntimeError("begin() was already called for this call")
+        self.session._check_open()
+        cfg = self.session.server.config
+        prompt = as_tokens(prompt_ids, what="prompt_ids")
+        tail = prompt[-cfg.max_match_tokens :]  # only the tail can be part of a match
+        m = cfg.max_match_tokens
+        if cfg.use_session:
+            self.session.session_corpus.add_prompt(self._doc_id, prompt)
+            self._cursors["session"] = self.session.session_corpus.index.match(
+                tail, max_match_tokens=m
+            )
+        if cfg.use_workspace:
+            self._cursors["workspace"] = self.session.workspace.index.match(
+                tail, max_match_tokens=m
+            )
+        g = self.session.server.global_corpus
+        if g is not None:
+            self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
+        if cfg.use_request:
+            self._request = TokenIndex()
+            self._request.extend(0, prompt)
+            self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
+        self._begun = True
+
+    def propose(self, max_tokens: int) -> list[int]:
+        if not self._begun or self._ended:
+            raise RuntimeError("propose() needs begin() first and no end()")
+        if max_tokens < 0 or max_tokens > 1 << 16:
+            raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
+        self._draft = []
+        self.last_source, self.last_match_length = None, 0
+        if max_tokens == 0:
+            return []
+        server = self.session.server
+        cfg = server.config
+        lengths = {k: c.match_length for k, c in self._cursors.items()}
+        if "request" in lengths:
+            source: Source | None = "request" if lengths["request"] > 0 else None
+        else:
+            source = choose_source(
+                lengths.get("session", 0),
+                lengths.get("workspace", 0),
+                lengths.get("global", 0),
+                cfg.global_margin_tokens,
+            )
+        if source is None:
+            return []
+        m = lengths[source]
+        want, cut = server.lengths.draft_length(self.agent, m)
+        want = min(want, max_tokens)
+        rule: ContinuationRule = "first" if source == "workspace" else "frequent"
+        draft = self._cursors[source].continuation(want, rule, max_occurrences=cfg.max_occurrences)
+        self._draft, self._cut_by_cap = draft, cut and len(draft) == want
+        self.last_source, self.last_match_length = source, m
+        return list(draft)
+
+    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+        if not self._begun or self._ended:
+            raise RuntimeError("accept() needs begin() first and no end()")
+        committed = as_tokens(committed_ids, what="committed_ids")
+        n = int(committed.size)
+        draft = self._draft
+        if n == 0:
+            raise ValueError("committed_ids is empty: a step commits at least one token")
+        if n > len(draft) + 1 or list(committed[: n - 1]) != draft[: n - 1]:
+            raise ValueError(
+                f"committed_ids {committed.tolist()[:8]} are not a prefix of the draft "
+                f"{draft[:8]} plus one token: these tokens were never proposed"
+            )
+        accepted = accept_length(draft, committed.tolist())
+        self.session.server.lengths.update(self.agent, len(draft), accepted, self._cut_by_cap)
+        self._draft = []
+        for cur in self._cursors.values():
+            cur.extend(committed)
+        if "session" in self._cursors:
+            self.session.session_corpus.add_output(self._doc_id, committed)
+        if self._request is not None:
+            self._request.extend(0, committed)
+
+    def end(self) -> None:
+        self._ended = True
+        self._cursors.clear()
+        self._request = None
+        if not self.session.closed:
+            self.session.server.touch(self.session.session_id)
+
+
+def _break_even(cost_model: Any, batch_size: int) -> float | None:
+    """p* from `agspec.costmodel` when a cost model is given (None: keep the default)."""
+    if cost_model is None:
+        return None
+    try:
+        from agspec.costmodel import break_even_accept_prob
+    except ImportError:
+        return None
+    return float(break_even_accept_prob(cost_model, batch_size))
+
+
+def replay_factory(
+    variant: str,
+) -> Callable[[Sequence[Sequence[int]], Any, Any, int], AgSpecServer]:
+    """A replay-lab factory for one named variant of `VARIANTS`."""
+    config = VARIANTS[variant]
+
+    def factory(
+        global_docs: Sequence[Sequence[int]], tokenizer: Any, cost_model: Any, batch_size: int
+    ) -> AgSpecServer:
+        g = GlobalCorpus.build(global_docs) if config.use_global and global_docs else None
+        server = AgSpecServer(tokenizer=tokenizer, global_corpus=g, config=config, name=variant)
+        p_star = _break_even(cost_model, batch_size)
+        if p_star is not None:
+            server.with_break_even(p_star)
+        return server
+
+    return factory
+
+
+# Picked up by agspec.replay.registry: every variant is a replay drafter by its name.
+REPLAY_DRAFTERS = {name: replay_factory(name) for name in VARIANTS}

@@ -1,0 +1,205 @@
+"""The AgSpec drafter on hand-computed sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from agspec.corpora import GlobalCorpus
+from agspec.drafter import (
+    AgSpecConfig,
+    AgSpecServer,
+    LengthState,
+    choose_source,
+)
+
+
+class CharTokenizer:
+    """One token per character (ord), so token lists are readable in tests."""
+
+    im_start_id = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+
+def toks(s: str) -> list[int]:
+    return [ord(c) for c in s]
+
+
+@pytest.mark.parametrize(
+    "m_s, m_w, m_g, margin, expected",
+    [
+        (0, 0, 0, 4, None),
+        (3, 0, 0, 4, "session"),
+        (3, 3, 0, 4, "session"),  # ties go to the session
+        (3, 4, 0, 4, "workspace"),
+        (3, 4, 8, 4, "workspace"),  # global must beat 4 by more than 4
+        (3, 4, 9, 4, "global"),
+        (0, 0, 1, 0, "global"),
+        (5, 2, 5, 0, "session"),
+    ],
+)
+def test_source_preference_at_each_margin(m_s, m_w, m_g, margin, expected):
+    assert choose_source(m_s, m_w, m_g, margin) == expected
+
+
+def test_draft_length_rule():
+    st = LengthState(AgSpecConfig(default_cap_tokens=6), caps={"coder": 10})
+    assert st.draft_length("coder", 0) == (0, False)
+    assert st.draft_length("coder", 1) == (1, False)
+    assert st.draft_length("coder", 7) == (7, False)
+    assert st.draft_length("coder", 12) == (10, True)  # cut by the cap
+    assert st.draft_length("stranger", 12) == (6, True)  # default cap
+    st.scales["coder"] = 0.5
+    assert st.draft_length("coder", 7) == (3, False)  # floor(0.5 * 7)
+    assert st.draft_length("coder", 1) == (1, False)  # at least one token
+
+
+def test_online_scale_settles_where_full_accepts_happen_with_p_star():
+    import random
+
+    rng = random.Random(0)
+    cfg = AgSpecConfig(scale_step=0.02, break_even_prob=0.3, default_cap_tokens=64)
+    st = LengthState(cfg)
+    # The model accepts r ~ Uniform{0..19} of an unbounded draft. With match length 20,
+    # a draft of L = floor(20 a) is fully accepted when r >= L: P = (20 - L) / 20.
+    # The fixed point P(full) = p* = 0.3 gives L = 14, a = 0.7.
+    alphas = []
+    for step in range(20_000):
+        L, cut = st.draft_length("a", 20)
+        r = rng.randrange(20)
+        st.update("a", L, min(r, L), cut)
+        if step > 10_000:
+            alphas.append(st.scales["a"])
+    mean = sum(alphas) / len(alphas)
+    assert 0.65 <= mean <= 0.78, mean
+
+
+def test_scale_update_skipped_when_a_capped_draft_is_fully_accepted():
+    st = LengthState(AgSpecConfig(default_cap_tokens=4, break_even_prob=0.5))
+    L, cut = st.draft_length("a", 10)
+    assert (L, cut) == (4, True)
+    st.update("a", L, 4, cut)
+    assert "a" not in st.scales  # censored observation
+    st.update("a", L, 2, cut)
+    assert st.scales["a"] == pytest.approx(1.0 - 0.05 * 0.5)
+
+
+def run_call(call, prompt: str, output: str, k: int = 16):
+    """Greedy replay of one call: returns the drafts proposed at each step."""
+    call.begin(toks(prompt))
+    out = toks(output)
+    pos, steps = 0, []
+    while pos < len(out):
+        draft = call.propose(k)
+        acc = 0
+        while acc < len(draft) and pos + acc < len(out) and draft[acc] == out[pos + acc]:
+            acc += 1
+        commit = out[pos : pos + acc + 1]
+        call.accept(commit)
+        steps.append((call.last_source, draft, acc))
+        pos += len(commit)
+    call.end()
+    return steps
+
+
+def test_session_text_from_an_earlier_call_is_drafted():
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=AgSpecConfig(use_global=False))
+    sess = server.session("s1")
+    run_call(sess.call("coder", "code", 1), "\x00fix it", "def f(): return 1")
+    steps = run_call(sess.call("coder", "code", 2), "\x00again", "def f(): return 2")
+    # After "d" the session holds "def f(): return 1": everything but the last char copies.
+    sources = [s for s, _, _ in steps]
+    assert "session" in sources
+    total_accepted = sum(a for _, _, a in steps)
+    assert total_accepted >= len("ef(): return ") - 1
+
+
+def test_workspace_draws_from_the_unified_diff_form():
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=AgSpecConfig(use_global=False))
+    sess = server.session("s1", emission_format="unified_diff")
+    sess.open_artifact("a.py", "alpha = 1\nbeta = 2\n")
+    call = sess.call("coder", "code", 1)
+    call.begin(toks("\x00patch:\n-alpha"))
+    draft = call.propose(8)
+    assert call.last_source == "workspace"
+    # m = len("-alpha") = 6, so L = 6, copied from the "-" form, prefixes included.
+    assert call.last_match_length == 6
+    assert draft == toks(" = 1\n-")
+    # Without emission forms the context "-alpha" matches only "alpha": shorter match.
+    plain = AgSpecServer(
+        tokenizer=CharTokenizer(),
+        config=AgSpecConfig(use_global=False, use_emission_forms=False),
+    ).session("s2", emission_format="unified_diff")
+    plain.open_artifact("a.py", "alpha = 1\nbeta = 2\n")
+    c2 = plain.call("coder", "code", 1)
+    c2.begin(toks("\x00patch:\n-alpha"))
+    c2.propose(8)
+    assert c2.last_match_length == len("alpha") < call.last_match_length
+
+
+def test_global_needs_the_margin():
+    g = GlobalCorpus.build([toks("the quick brown fox jumps")])
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(),
+        global_corpus=g,
+        config=AgSpecConfig(global_margin_tokens=3),
+    )
+    sess = server.session("s")
+    sess.open_artifact("n.txt", "brown cat")
+    call = sess.call("a", "other", 0)
+    call.begin(toks("\x00quick brown"))
+    # m_w = len(" brown") = 6, m_g = len("quick brown") = 11 > 6 + 3: global.
+    assert call.propose(4) == toks(" fox")
+    assert call.last_source == "global"
+    call2 = sess.call("a", "other", 0)
+    call2.begin(toks("\x00k brown"))
+    # m_g = 7 is not > 6 + 3: workspace, first occurrence.
+    assert call2.propose(4) == toks(" cat")
+    assert call2.last_source == "workspace"
+
+
+def test_bad_input_leaves_state_intact():
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=AgSpecConfig(use_global=False))
+    sess = server.session("s")
+    with pytest.raises(TypeError):
+        sess.open_artifact("bin", b"\x00\x01")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="NUL"):
+        sess.open_artifact("bin", "a\x00b")
+    call = sess.call("a")
+    call.begin(toks("\x00abcabc"))
+    draft = call.propose(3)
+    assert draft == toks("abc")[: len(draft)] and draft
+    with pytest.raises(ValueError, match="never proposed"):
+        call.accept(toks("zzz"))
+    with pytest.raises(ValueError):
+        call.accept([])
+    with pytest.raises(ValueError):
+        call.propose(-1)
+    call.accept(draft[:1] + [ord("q")])  # a valid step still works after the errors
+    with pytest.raises(KeyError, match="unknown session"):
+        server.get_session("nope")
+    sess.end()
+    with pytest.raises(KeyError):
+        sess.call("a")
+
+
+def test_sessions_are_evicted_by_ttl_and_budget():
+    now = [0.0]
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(),
+        config=AgSpecConfig(use_global=False, session_ttl_s=10, live_token_budget=100),
+        clock=lambda: now[0],
+    )
+    a = server.session("a")
+    a.open_artifact("x", "y" * 60)
+    now[0] = 5
+    b = server.session("b")
+    b.open_artifact("x", "z" * 60)
+    server.session("c")  # over budget (120 > 100): the oldest, a, goes
+    assert a.closed and not b.closed
+    now[0] = 100
+    server.session("d")  # b and c idle past the TTL
+    assert b.closed
+    with pytest.raises(KeyError):
+        server.get_session("b")
