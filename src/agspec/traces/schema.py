@@ -28,6 +28,7 @@ __all__ = [
     "Call",
     "Session",
     "TraceFormatError",
+    "UnsupportedLayoutError",
 ]
 
 # Version of the JSON layout written by `Session.to_dict`. Readers accept exactly this one.
@@ -39,6 +40,10 @@ class TraceFormatError(ValueError):
 
     The message says where (file, line, field when known) and what was expected.
     """
+
+
+class UnsupportedLayoutError(TraceFormatError):
+    """A recognisable trace in a layout the importer does not read (e.g. an older ChatDev)."""
 
 
 class Role(str, Enum):

@@ -1,0 +1,113 @@
+"""`agspec traces`: import third-party traces, check and summarize AgSpec trace files.
+
+    agspec traces import swe-agent ../shared/data/traces/swe-agent-java -o swe.jsonl
+    agspec traces check swe.jsonl
+    agspec traces stats swe.jsonl mini.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from agspec.traces.importers import FORMATS, Skipped, find_trace_files, iter_import
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("traces", help="import, check and summarize agent traces")
+    tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND", required=True)
+
+    imp = tsub.add_parser("import", help="convert third-party traces to AgSpec JSONL")
+    imp.add_argument("format", choices=sorted(FORMATS), help="the traces' format")
+    imp.add_argument("paths", nargs="+", help="trace files or folders (searched recursively)")
+    imp.add_argument("-o", "--output", required=True, help="output .jsonl file")
+    imp.add_argument(
+        "--keep-last-observations",
+        default="5",
+        help="swe-agent: observations kept in full before each call (default 5, as "
+        "SWE-agent 0.x's Last5Observations); 'all' keeps the whole history",
+    )
+    imp.add_argument(
+        "--keep-repeated-blocks",
+        action="store_true",
+        help="chatdev: keep an output block that repeats the one before it as a call",
+    )
+    imp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    imp.set_defaults(func=_import)
+
+    chk = tsub.add_parser("check", help="schema-check AgSpec trace files")
+    chk.add_argument("files", nargs="+")
+    chk.set_defaults(func=_check)
+
+    st = tsub.add_parser("stats", help="per-source and per-role counts of AgSpec trace files")
+    st.add_argument("files", nargs="+")
+    st.add_argument("--tokenizer", default="qwen2.5", help="tokenizer name (default qwen2.5)")
+    st.set_defaults(func=_stats)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from agspec.traces.io import write_sessions
+
+    keep = args.keep_last_observations
+    if keep == "all":
+        keep_n: int | None = None
+    else:
+        try:
+            keep_n = int(keep)
+        except ValueError:
+            raise ValueError(f"--keep-last-observations: expected a number or 'all', got {keep!r}")
+    files = find_trace_files(args.format, args.paths)
+    num_sessions = num_calls = 0
+    skipped: list[Skipped] = []
+    with open(args.output, "w", encoding="utf-8") as out:
+        for item in iter_import(
+            args.format,
+            files,
+            keep_last_observations=keep_n,
+            drop_repeated_blocks=not args.keep_repeated_blocks,
+            progress=not args.no_progress,
+        ):
+            if isinstance(item, Skipped):
+                skipped.append(item)
+                continue
+            write_sessions([item], out)
+            num_sessions += 1
+            num_calls += len(item.calls)
+    whole = [s for s in skipped if s.whole_file]
+    for s in skipped:
+        kind = "skipped" if s.whole_file else "partly skipped"
+        print(f"{kind}: {s.path}: {s.reason}", file=sys.stderr)
+    print(
+        f"{len(files)} files: {num_sessions} sessions ({num_calls} calls) written to "
+        f"{args.output}, {len(whole)} files skipped"
+    )
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from agspec.traces.io import check_file
+
+    bad = 0
+    for f in args.files:
+        n_ok, errors = check_file(f)
+        for e in errors:
+            print(e, file=sys.stderr)
+        bad += len(errors)
+        print(f"{f}: {n_ok} sessions ok, {len(errors)} errors")
+    return 1 if bad else 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from agspec.traces.io import read_sessions
+    from agspec.traces.stats import TraceStats
+
+    t0 = time.perf_counter()
+    stats = TraceStats()
+    for f in args.files:
+        for s in read_sessions(f):
+            stats.add(s, args.tokenizer)
+    print(stats.table(), end="")
+    print(f"(tokenizer {args.tokenizer}, {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    return 0
