@@ -15,6 +15,7 @@ import sys
 _GROUPS = [
     "index_cmd",
     "replay_cmd",
+    "traces_cmd",
 ]
 
 
