@@ -55,13 +55,27 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
             raise TypeError(
                 f"{what} must be a sequence of int token ids, got {type(tokens).__name__}"
             )
-        items = list(tokens)
-        for i, t in enumerate(items):
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                raise TypeError(f"{what}[{i}] must be an int token id, got {type(t).__name__}")
-            if t < 0 or t > _INT32_MAX:
-                raise ValueError(f"{what}[{i}] = {t} is outside [0, 2^31)")
-        arr = np.asarray(items, dtype=np.int32).reshape(-1)
+        items = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+        try:
+            raw = np.asarray(items)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise TypeError(f"{what} must be a flat sequence of int token ids ({exc})") from None
+        if raw.size == 0:
+            return np.zeros(0, dtype=np.int32)
+        if raw.ndim != 1:
+            raise ValueError(f"{what} must be 1-D, got nested sequences of shape {raw.shape}")
+        if raw.dtype.kind not in "iu":
+            bad = next(
+                (i for i, t in enumerate(items) if isinstance(t, bool) or not isinstance(t, int)), 0
+            )
+            raise TypeError(
+                f"{what}[{bad}] must be an int token id, got {type(items[bad]).__name__}"
+            )
+        lo, hi = int(raw.min()), int(raw.max())
+        if lo < 0 or hi > _INT32_MAX:
+            i = int(np.argmin(raw)) if lo < 0 else int(np.argmax(raw))
+            raise ValueError(f"{what}[{i}] = {int(raw[i])} is outside [0, 2^31)")
+        arr = raw.astype(np.int32, copy=False)
     if arr.size and int(arr.min()) < 0:
         raise ValueError(f"token ids must be >= 0, got {int(arr.min())} in {what}")
     return arr
