@@ -1,8 +1,8 @@
 """`agspec traces`: import third-party traces, check and summarize AgSpec trace files.
 
-    agspec traces import swe-agent ../shared/data/traces/swe-agent-java -o swe.jsonl
-    agspec traces check swe.jsonl
-    agspec traces stats swe.jsonl mini.jsonl
+agspec traces import swe-agent ../shared/data/traces/swe-agent-java -o swe.jsonl
+agspec traces check swe.jsonl
+agspec traces stats swe.jsonl mini.jsonl
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def _import(args: argparse.Namespace) -> int:
         try:
             keep_n = int(keep)
         except ValueError:
-            raise ValueError(f"--keep-last-observations: expected a number or 'all', got {keep!r}")
+            raise ValueError(
+                f"--keep-last-observations: expected a number or 'all', got {keep!r}"
+            ) from None
     files = find_trace_files(args.format, args.paths)
     num_sessions = num_calls = 0
     skipped: list[Skipped] = []

@@ -48,9 +48,7 @@ def need(d: Any, key: str, typ: type, where: str) -> Any:
         raise TraceFormatError(f"{where}.{key}: missing field")
     v = d[key]
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-        raise TraceFormatError(
-            f"{where}.{key}: expected {typ.__name__}, got {type(v).__name__}"
-        )
+        raise TraceFormatError(f"{where}.{key}: expected {typ.__name__}, got {type(v).__name__}")
     return v
 
 

@@ -107,7 +107,9 @@ class ArtifactTracker:
             return Artifact(path, st.full_text, True)
         nums = sorted(st.lines)
         text = "".join(st.lines[n] + "\n" for n in nums)
-        complete = st.total_lines is not None and len(nums) == st.total_lines and (
-            not nums or (nums[0] == 1 and nums[-1] == st.total_lines)
+        complete = (
+            st.total_lines is not None
+            and len(nums) == st.total_lines
+            and (not nums or (nums[0] == 1 and nums[-1] == st.total_lines))
         )
         return Artifact(path, text, complete)

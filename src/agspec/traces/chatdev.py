@@ -219,7 +219,8 @@ def _bracketed(rest: str) -> tuple[str | None, str]:
 def parse_codes(prompt: str) -> list[tuple[str, str]]:
     """The files of a ChatDev `Codes:` block, as (file name, whole text).
 
-    >>> parse_codes('Codes:\\n"main.py\\n```python\\nprint(1)\\n```\\n\\nb.py\\n```python\\nx = 2\\n```\\n"')
+    >>> block = '"main.py\\n```python\\nprint(1)\\n```\\n\\nb.py\\n```python\\nx = 2\\n```\\n"'
+    >>> parse_codes("Codes:\\n" + block)
     [('main.py', 'print(1)\\n'), ('b.py', 'x = 2\\n')]
     """
     at = prompt.find("Codes:")
@@ -229,7 +230,7 @@ def parse_codes(prompt: str) -> list[tuple[str, str]]:
     files: list[tuple[str, str]] = []
     while True:
         # Between files: blank space and the opening quote of the block.
-        while pos < len(prompt) and prompt[pos] in " \t\n\"":
+        while pos < len(prompt) and prompt[pos] in ' \t\n"':
             pos += 1
         m = _CODES_FILE.match(prompt, pos)
         if m is None:

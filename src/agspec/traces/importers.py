@@ -35,7 +35,7 @@ def find_trace_files(format: str, paths: Iterable[str | os.PathLike[str]]) -> li
     """The files of `format` under `paths` (folders searched recursively, sorted)."""
     suffix = _suffix(format)
     out: list[str] = []
-    for p in map(os.fspath, paths):
+    for p in (os.fspath(x) for x in paths):
         if os.path.isdir(p):
             found = []
             for root, _dirs, files in os.walk(p):

@@ -60,7 +60,9 @@ def _parse_line(line: str, name: str, lineno: int) -> Session:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         what = "truncated line" if exc.pos >= len(line.rstrip()) else "invalid JSON"
-        raise TraceFormatError(f"{name}:{lineno}: {what}: {exc.msg} at column {exc.colno}") from None
+        raise TraceFormatError(
+            f"{name}:{lineno}: {what}: {exc.msg} at column {exc.colno}"
+        ) from None
     except RecursionError:
         raise TraceFormatError(f"{name}:{lineno}: JSON nested too deeply") from None
     try:

@@ -68,9 +68,7 @@ def parse_mini_swe_agent(data: bytes, name: str = "<traj.json>") -> Session:
     doc = load_json(data, name)
     fmt = doc.get("trajectory_format") if isinstance(doc, dict) else None
     if fmt != "mini-swe-agent-1":
-        raise TraceFormatError(
-            f"{name}: trajectory_format is {fmt!r}, expected 'mini-swe-agent-1'"
-        )
+        raise TraceFormatError(f"{name}: trajectory_format is {fmt!r}, expected 'mini-swe-agent-1'")
     raw = need(doc, "messages", list, name)
     messages: list[Message] = []
     for i, m in enumerate(raw):

@@ -2,7 +2,12 @@
 
 The prompt of a call with messages `m_1 .. m_k` is
 
-    <|im_start|>{m_1.role}\\n{m_1.content}<|im_end|>\\n ... <|im_start|>{m_k.role}\\n{m_k.content}<|im_end|>\\n<|im_start|>assistant\\n
+    <|im_start|>{m_1.role}\\n{m_1.content}<|im_end|>\\n
+    ...
+    <|im_start|>{m_k.role}\\n{m_k.content}<|im_end|>\\n
+    <|im_start|>assistant\\n
+
+(written here on several lines; the ids are one sequence, and `\\n` is a newline)
 
 with `<|im_start|>` / `<|im_end|>` inserted as their ids (never encoded from text: a trace
 that quotes them is encoded as text) and each text segment between them, `{role}\\n{content}`
@@ -36,7 +41,9 @@ __all__ = ["Renderer", "render_call", "render_artifacts", "get_renderer"]
 class Renderer:
     """ChatML rendering with a per-text token cache for one tokenizer."""
 
-    def __init__(self, tokenizer: Tokenizer | str = "qwen2.5", *, max_cached_tokens: int = 20_000_000):
+    def __init__(
+        self, tokenizer: Tokenizer | str = "qwen2.5", *, max_cached_tokens: int = 20_000_000
+    ):
         if max_cached_tokens < 0:
             raise ValueError(f"max_cached_tokens must be >= 0, got {max_cached_tokens}")
         self.tokenizer = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer

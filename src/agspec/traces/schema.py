@@ -134,9 +134,7 @@ class Call:
         }
 
     @classmethod
-    def from_dict(
-        cls, d: Any, where: str = "call", previous: list[Message] | None = None
-    ) -> Call:
+    def from_dict(cls, d: Any, where: str = "call", previous: list[Message] | None = None) -> Call:
         """Parse and validate; `previous` is the prior call's messages (for `reuse_messages`)."""
         _need_dict(d, where)
         agent = _need(d, "agent", str, where)
@@ -165,7 +163,9 @@ class Call:
             _need_dict(m, mw)
             mrole = _need(m, "role", str, mw)
             if mrole not in _MESSAGE_ROLES:
-                raise TraceFormatError(f"{mw}.role: {mrole!r} is not one of {sorted(_MESSAGE_ROLES)}")
+                raise TraceFormatError(
+                    f"{mw}.role: {mrole!r} is not one of {sorted(_MESSAGE_ROLES)}"
+                )
             messages.append(Message(mrole, _need(m, "content", str, mw)))
         output = _need(d, "output", str, where)
         artifacts = []
@@ -173,8 +173,11 @@ class Call:
             aw = f"{where}.artifacts[{i}]"
             _need_dict(a, aw)
             artifacts.append(
-                Artifact(_need(a, "path", str, aw), _need(a, "text", str, aw),
-                         _need(a, "complete", bool, aw))
+                Artifact(
+                    _need(a, "path", str, aw),
+                    _need(a, "text", str, aw),
+                    _need(a, "complete", bool, aw),
+                )
             )
         return cls(agent, role, turn, messages, output, artifacts, fmt, phase)
 

@@ -64,7 +64,9 @@ def parse_swe_agent(
 ) -> Session:
     """Parse the bytes of a `.traj` file; `TraceFormatError` when it is not one."""
     if keep_last_observations is not None and keep_last_observations <= 0:
-        raise ValueError(f"keep_last_observations must be >= 1 or None, got {keep_last_observations}")
+        raise ValueError(
+            f"keep_last_observations must be >= 1 or None, got {keep_last_observations}"
+        )
     doc = load_json(data, name)
     history = need(doc, "history", list, name)
     entries: list[dict[str, Any]] = []
@@ -108,7 +110,9 @@ def parse_swe_agent(
             )
         )
     task = stem(name, (".traj",))
-    return Session(session_id=f"{SOURCE}/{task}", source=SOURCE, model=model, task_id=task, calls=calls)
+    return Session(
+        session_id=f"{SOURCE}/{task}", source=SOURCE, model=model, task_id=task, calls=calls
+    )
 
 
 def shorten_history(
