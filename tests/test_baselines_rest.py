@@ -20,8 +20,8 @@ from agspec.baselines.rest import (  # noqa: E402
 from agspec.protocol import CallDrafter, DrafterServer  # noqa: E402
 
 
-def _call(docs: list[list[int]], prompt: list[int], config: RestConfig = RestConfig()):
-    call = RestServer(config, global_docs=docs).session("s").call("coder", "code", 0)
+def _call(docs: list[list[int]], prompt: list[int]):
+    call = RestServer(global_docs=docs).session("s").call("coder", "code", 0)
     call.begin(prompt)
     return call
 
