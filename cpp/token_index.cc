@@ -275,7 +275,6 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
   BusyGuard guard(busy_);
   Doc& d = doc_for_write(doc_id);
   const auto slot = doc_slot_[doc_id];
-  d.tokens.reserve(d.tokens.size() + n);
   for (size_t i = 0; i < n; ++i) {
     // The previous last token now has a successor: it becomes a position.
     if (!d.tokens.empty()) insert_position(slot, static_cast<uint32_t>(d.tokens.size() - 1));
