@@ -318,7 +318,7 @@ class AgSpecCall:
             return []
         server = self.session.server
         cfg = server.config
-        lengths = {k: c.match_length for k, c in self._cursors.items()}
+        lengths = {k: c._native.match_length() for k, c in self._cursors.items()}
         if "request" in lengths:
             source: Source | None = "request" if lengths["request"] > 0 else None
         else:
@@ -355,12 +355,13 @@ class AgSpecCall:
         accepted = accept_length(draft, committed.tolist())
         self.session.server.lengths.update(self.agent, len(draft), accepted, self._cut_by_cap)
         self._draft = []
+        # committed was checked above: feed the native objects directly (hot path).
         for cur in self._cursors.values():
-            cur.extend(committed)
+            cur._native.extend(committed)
         if "session" in self._cursors:
-            self.session.session_corpus.add_output(self._doc_id, committed)
+            self.session.session_corpus.index._native.extend(self._doc_id, committed)
         if self._request is not None:
-            self._request.extend(0, committed)
+            self._request._native.extend(0, committed)
 
     def end(self) -> None:
         self._ended = True
