@@ -1,0 +1,134 @@
+"""Drafter overhead per generated token on real sessions, AgSpec vs SuffixDecoding.
+
+Counts everything the drafter does for a call: artifact indexing, prompt ingestion
+(`begin`), every `propose` and `accept`; divided by the call's output tokens. Both
+drafters replay the same sessions greedily (accept = longest common prefix with the
+recorded output) in one run, side by side.
+
+    python benchmarks/bench_drafter.py --source swe-agent --sessions 20 --global-tokens 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agspec.baselines.registry import make_family
+from agspec.corpora import GlobalCorpus
+from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.tokenizers import get_tokenizer
+from agspec.traces import import_traces, render_call
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
+
+
+def replay(server, sessions, tok, max_draft: int):
+    """Returns (step times in µs, total drafter ns, output tokens, mean accept length)."""
+    steps_us: list[float] = []
+    total_ns = out_tokens = accepted = n_steps = 0
+    for s in sessions:
+        fmt = s.calls[0].emission_format if s.calls else "none"
+        sess = server.session(s.session_id, emission_format=fmt)
+        for c in s.calls:
+            prompt, out = render_call(c, tok)
+            t0 = time.perf_counter_ns()
+            for a in c.artifacts:
+                if a.text:
+                    sess.open_artifact(a.path, a.text)
+            d = sess.call(c.agent, c.role, c.turn)
+            d.begin(prompt)
+            total_ns += time.perf_counter_ns() - t0
+            pos = 0
+            while pos < len(out):
+                t0 = time.perf_counter_ns()
+                draft = d.propose(max_draft)
+                t1 = time.perf_counter_ns()
+                a = 0
+                while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
+                    a += 1
+                commit = out[pos : pos + a + 1]
+                t2 = time.perf_counter_ns()
+                d.accept(commit)
+                t3 = time.perf_counter_ns()
+                step = (t1 - t0) + (t3 - t2)
+                steps_us.append(step / 1e3)
+                total_ns += step
+                pos += len(commit)
+                accepted += a
+                n_steps += 1
+            t0 = time.perf_counter_ns()
+            d.end()
+            total_ns += time.perf_counter_ns() - t0
+            out_tokens += len(out)
+        sess.end()
+    return steps_us, total_ns, out_tokens, accepted / max(1, n_steps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", choices=sorted(DIRS), default="swe-agent")
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--global-tokens", type=int, default=10_000_000)
+    ap.add_argument("--max-draft", type=int, default=32)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    tok = get_tokenizer("qwen2.5")
+    fmt = args.source
+    sessions, _ = import_traces(fmt, [TRACES / DIRS[fmt]])
+    replayed, rest = sessions[: args.sessions], sessions[args.sessions :]
+    # Global corpus: the other sessions' calls (prompt + output), repeated to the size asked.
+    docs: list[np.ndarray] = []
+    n = 0
+    while n < args.global_tokens and rest:
+        for s in rest:
+            for c in s.calls:
+                p, o = render_call(c, tok)
+                arr = np.asarray(p + o, dtype=np.int32)
+                docs.append(arr)
+                n += arr.size
+                if n >= args.global_tokens:
+                    break
+            if n >= args.global_tokens:
+                break
+    t0 = time.perf_counter()
+    g = GlobalCorpus.build(docs)
+    build_s = time.perf_counter() - t0
+    print(
+        f"global corpus: {g.num_tokens:,} tokens built in {build_s:.1f} s "
+        f"({g.num_tokens / build_s / 1e6:.2f} M tok/s), {g.index.num_bytes() / 2**20:.0f} MiB"
+    )
+    results = {}
+    agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=VARIANTS["agspec"])
+    suffix = make_family("suffix-64", global_docs=[d.tolist() for d in docs[:2000]], tokenizer=tok)
+    for name, server in (("agspec", agspec), ("suffix-64", suffix)):
+        steps, total_ns, out_tokens, acc = replay(server, replayed, tok, args.max_draft)
+        results[name] = {
+            "us_per_output_token": total_ns / 1e3 / out_tokens,
+            "step_p50_us": float(np.percentile(steps, 50)),
+            "step_p99_us": float(np.percentile(steps, 99)),
+            "mean_accept_length": acc,
+            "output_tokens": out_tokens,
+        }
+    print(f"{'drafter':<12}{'µs/out tok':>12}{'step p50 µs':>13}{'step p99 µs':>13}{'accept':>8}")
+    for name, r in results.items():
+        print(
+            f"{name:<12}{r['us_per_output_token']:>12.2f}{r['step_p50_us']:>13.2f}"
+            f"{r['step_p99_us']:>13.2f}{r['mean_accept_length']:>8.3f}"
+        )
+    print(
+        "note: suffix-64's global tree holds the first 2000 documents only (its build is slow);"
+        " AgSpec's holds all of them."
+    )
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()
