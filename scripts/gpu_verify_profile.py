@@ -86,12 +86,13 @@ class Grid:
 
 
 FULL_GRID = Grid((4096, 16384), (1, 16), tuple(range(1, 34)), warmup=2, repeats=5)
+PICK_N_VALUES = (1, 16, 33)
 TINY_GRID = Grid((64, 256), (1, 4), tuple(range(1, 6)), warmup=1, repeats=3)
 
 
 # --------------------------------------------------------------------------- attention
 class KVBuffers:
-    """Preallocated KV cache: per layer keys/values [B, kv_heads, context + max_n, head_dim].
+    """Preallocated KV cache: per layer keys/values [B, kv_heads, context + pad(max_n), head_dim].
 
     Invariant: positions [0, context) hold the (random) context; each verification step
     writes its n tokens at [context, context + n) and attends over [0, context + n).
@@ -115,7 +116,8 @@ class KVBuffers:
         device: torch.device,
     ) -> None:
         self.release()
-        shape = (batch, kv_heads, context_tokens + max_n, head_dim)
+        # Room for the verified tokens plus padding (see _attn_folded).
+        shape = (batch, kv_heads, context_tokens + round_up(max_n, 16) + 16, head_dim)
         gen = torch.Generator(device=device).manual_seed(0)
         for _ in range(layers):
             k = torch.empty(shape, dtype=dtype, device=device)
@@ -134,14 +136,18 @@ class KVBuffers:
 KV = KVBuffers()
 
 
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
 def _attn_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, s: int, scale: float
 ) -> torch.Tensor:
-    """Math reference: repeat KV heads, explicit lower-right causal mask, float32."""
-    n, s = q.shape[2], k.shape[2]
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1).float()
-    v = v.repeat_interleave(group, dim=1).float()
+    """Math reference: keys [0, s), repeated KV heads, lower-right causal mask, float32."""
+    n = q.shape[2]
+    group = q.shape[1] // kbuf.shape[1]
+    k = kbuf[:, :, :s].repeat_interleave(group, dim=1).float()
+    v = vbuf[:, :, :s].repeat_interleave(group, dim=1).float()
     scores = (q.float() @ k.transpose(-1, -2)) * scale
     i = torch.arange(n, device=q.device)[:, None]
     j = torch.arange(s, device=q.device)[None, :]
@@ -149,13 +155,16 @@ def _attn_reference(
     return (scores.softmax(-1) @ v).to(q.dtype)
 
 
+# Each variant: q [B, H, n, d], KV buffers [B, Hkv, >= round_up(s, 16), d] of which keys
+# [0, s) are valid (the last n are the tokens being verified); returns [B, H, n, d].
 def _attn_flash_gqa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, s: int, scale: float
 ) -> torch.Tensor:
     """Flash attention, lower-right causal, KV heads read once (enable_gqa)."""
     from torch.nn.attention.bias import causal_lower_right
 
-    n, s = q.shape[2], k.shape[2]
+    n = q.shape[2]
+    k, v = kbuf[:, :, :s], vbuf[:, :, :s]
     if n == 1:  # one query sees every key: no mask needed
         return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
     return F.scaled_dot_product_attention(
@@ -163,31 +172,39 @@ def _attn_flash_gqa(
     )
 
 
-def _attn_folded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def _attn_folded(
+    q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, s: int, scale: float
+) -> torch.Tensor:
     """Fold the query heads of one KV group into the query axis; explicit boolean mask.
 
     q [B, H, n, d] -> [B, Hkv, G*n, d] (row g*n + i is head g of the group, token i), so
-    each KV head is read once by the memory-efficient kernel.
+    each KV head is read once by the memory-efficient kernel. The key axis is padded to a
+    multiple of 16 (the padding is masked out): an unaligned mask costs the kernel a copy.
     """
     b, h, n, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
+    hkv = kbuf.shape[1]
     g = h // hkv
+    s_pad = round_up(s, 16)
     qf = q.reshape(b, hkv, g * n, d)
     i = torch.arange(n, device=q.device).repeat(g)[:, None]
-    j = torch.arange(s, device=q.device)[None, :]
-    mask = j <= (s - n) + i  # [G*n, S]
-    out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask, scale=scale)
+    j = torch.arange(s_pad, device=q.device)[None, :]
+    mask = j <= (s - n) + i  # [G*n, s_pad]; also False for every padded key j >= s
+    out = F.scaled_dot_product_attention(
+        qf, kbuf[:, :, :s_pad], vbuf[:, :, :s_pad], attn_mask=mask, scale=scale
+    )
     return out.reshape(b, h, n, d)
 
 
-def _attn_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def _attn_repeat(
+    q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, s: int, scale: float
+) -> torch.Tensor:
     """transformers' default for masked SDPA: copy KV heads G times, then SDPA."""
     from torch.nn.attention.bias import causal_lower_right
 
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    n, s = q.shape[2], k.shape[2]
+    group = q.shape[1] // kbuf.shape[1]
+    k = kbuf[:, :, :s].repeat_interleave(group, dim=1)
+    v = vbuf[:, :, :s].repeat_interleave(group, dim=1)
+    n = q.shape[2]
     if n == 1:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n, s), scale=scale)
@@ -198,55 +215,62 @@ ATTENTION_VARIANTS: dict[str, Callable[..., torch.Tensor]] = {
     "folded_gqa_mask": _attn_folded,
     "repeat_kv_lower_right": _attn_repeat,
 }
-CHOSEN: dict[str, Any] = {"variant": None}
+CHOSEN: dict[str, Any] = {"variant": None, "passing": []}
 
 
-def choose_attention(
-    device: torch.device,
-    dtype: torch.dtype,
-    *,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    timing_shape: tuple[int, int, int] | None = None,
+def check_attention(
+    device: torch.device, dtype: torch.dtype, *, heads: int, kv_heads: int, head_dim: int
 ) -> dict[str, Any]:
-    """Pick the attention variant: correct against the reference, then fastest on
-    `timing_shape` = (batch, context, n) when given, else the first correct one."""
+    """Which variants run here and match the reference (garbage beyond s must be ignored)."""
     report: dict[str, Any] = {}
     gen = torch.Generator(device=device).manual_seed(1)
+    scale = head_dim**-0.5
     for name, fn in ATTENTION_VARIANTS.items():
         errs = []
         try:
-            for n, s in ((1, 300), (5, 300), (33, 1000)):
+            for n, s in ((1, 300), (5, 301), (33, 1000)):
+                buf = (2, kv_heads, round_up(s, 16) + 16, head_dim)
                 q = torch.randn(2, heads, n, head_dim, generator=gen, device=device, dtype=dtype)
-                k = torch.randn(2, kv_heads, s, head_dim, generator=gen, device=device, dtype=dtype)
-                v = torch.randn(2, kv_heads, s, head_dim, generator=gen, device=device, dtype=dtype)
-                scale = head_dim**-0.5
-                got = fn(q, k, v, scale).float()
-                ref = _attn_reference(q, k, v, scale).float()
+                k = torch.randn(buf, generator=gen, device=device, dtype=dtype)
+                v = torch.randn(buf, generator=gen, device=device, dtype=dtype)
+                k[:, :, s:] = 1e4  # never attended: would dominate any output that used it
+                got = fn(q, k, v, s, scale).float()
+                ref = _attn_reference(q, k, v, s, scale).float()
                 errs.append(float((got - ref).abs().max()))
         except Exception as exc:  # a backend refusing a layout is expected on some setups
             report[name] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
             continue
         tol = 0.05 if dtype in (torch.bfloat16, torch.float16) else 1e-4
-        ok = max(errs) <= tol
-        report[name] = {"max_abs_err": max(errs), "ok": ok}
-        if ok and timing_shape is not None:
-            # Which kernel SDPA picks is not visible from here; time the candidates on a
-            # realistic layer (largest batch and context of the grid) and keep the fastest.
-            b, s, n = timing_shape
-            q = torch.randn(b, heads, n, head_dim, device=device, dtype=dtype)
-            k = torch.randn(b, kv_heads, s + n, head_dim, device=device, dtype=dtype)
-            v = torch.randn_like(k)
-            call = functools.partial(fn, q, k, v, head_dim**-0.5)
-            ms = Timer(device).time_ms(call, warmup=2, repeats=5)
-            report[name]["layer_ms"] = statistics.median(ms)
-            del q, k, v
+        report[name] = {"max_abs_err": max(errs), "ok": max(errs) <= tol}
     passing = [n for n, r in report.items() if isinstance(r, dict) and r["ok"]]
     if not passing:
         raise RuntimeError(f"no attention variant passed the self-check: {report}")
-    CHOSEN["variant"] = min(passing, key=lambda n: report[n].get("layer_ms", 0.0))
-    return {"chosen": CHOSEN["variant"], "checks": report, "timing_shape": timing_shape}
+    CHOSEN["passing"] = passing
+    CHOSEN["variant"] = passing[0]
+    return {"checks": report, "passing": passing}
+
+
+def pick_attention(
+    device: torch.device, *, heads: int, n_values: tuple[int, ...]
+) -> dict[str, float]:
+    """Time the passing variants on layer 0's real KV buffers (this batch and context) for a
+    few n; keep the fastest in total. Which kernel SDPA picks is not visible from here, and
+    the best one differs between batch 1 and 16."""
+    kbuf, vbuf = KV.keys[0], KV.values[0]
+    b, _, _, d = kbuf.shape
+    timer = Timer(device)
+    totals: dict[str, float] = {}
+    for name in CHOSEN["passing"]:
+        total = 0.0
+        for n in n_values:
+            q = torch.randn(b, heads, n, d, device=device, dtype=kbuf.dtype)
+            call = functools.partial(
+                ATTENTION_VARIANTS[name], q, kbuf, vbuf, KV.context_tokens + n, d**-0.5
+            )
+            total += statistics.median(timer.time_ms(call, warmup=2, repeats=5))
+        totals[name] = total
+    CHOSEN["variant"] = min(totals, key=lambda k: totals[k])
+    return totals
 
 
 def verify_attention(
@@ -267,9 +291,7 @@ def verify_attention(
     kbuf[:, :, c : c + n].copy_(key)
     vbuf[:, :, c : c + n].copy_(value)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = ATTENTION_VARIANTS[CHOSEN["variant"]](
-        query, kbuf[:, :, : c + n], vbuf[:, :, : c + n], scale
-    )
+    out = ATTENTION_VARIANTS[CHOSEN["variant"]](query, kbuf, vbuf, c + n, scale)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -464,31 +486,33 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
     }
     print(f"[profile] {env}", flush=True)
-    attention = choose_attention(
+    attention = check_attention(
         device,
         dtype,
         heads=shape["num_attention_heads"],
         kv_heads=shape["num_key_value_heads"],
         head_dim=head_dim,
-        timing_shape=(max(grid.batch_sizes), max(grid.contexts_tokens), 16)
-        if device.type == "cuda"
-        else None,
     )
     print(f"[profile] attention: {attention}", flush=True)
     ceilings = device_ceilings(device)
     print(f"[profile] ceilings: {ceilings}", flush=True)
-    # The code path, checked on a tiny float32 model first (cheap on any device). Recorded,
-    # not fatal: one GPU run must still come back with its timings.
+    # The code path, checked on a tiny float32 model first with every passing attention
+    # variant (cheap on any device). Recorded, not fatal: one GPU run must still come back.
     tiny = build_model(TINY_SHAPE, device, torch.float32)
+    forward_check: dict[str, Any] = {}
     with torch.inference_mode():
-        forward_check: dict[str, Any] = check_forward(tiny, device)
+        for name in list(CHOSEN["passing"]):
+            CHOSEN["variant"] = name
+            fc: dict[str, Any] = check_forward(tiny, device)
+            fc["ok"] = fc["max_abs_diff"] <= 1e-3 * max(1.0, fc["logit_abs_max"])
+            forward_check[name] = fc
+            if not fc["ok"]:
+                print(f"[profile] WARNING: {name}: forward differs from SDPA", flush=True)
+                CHOSEN["passing"].remove(name)
     del tiny
-    forward_check["ok"] = forward_check["max_abs_diff"] <= 1e-3 * max(
-        1.0, forward_check["logit_abs_max"]
-    )
     print(f"[profile] forward check (tiny, float32): {forward_check}", flush=True)
-    if not forward_check["ok"]:
-        print("[profile] WARNING: verification forward differs from transformers SDPA", flush=True)
+    if not CHOSEN["passing"]:
+        raise RuntimeError(f"no attention variant passed the forward check: {forward_check}")
     model = build_model(shape, device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     print(
@@ -498,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     results: dict[str, Any] = {}
+    chosen_by_config: dict[str, str] = {}
     graph_error: str | None = None
     stopped_early = False
     with torch.inference_mode():
@@ -513,6 +538,15 @@ def main(argv: list[str] | None = None) -> int:
                     dtype=dtype,
                     device=device,
                 )
+                pick_n = tuple(sorted({min(x, max(grid.n_tokens)) for x in PICK_N_VALUES}))
+                picked = pick_attention(device, heads=shape["num_attention_heads"], n_values=pick_n)
+                chosen_by_config[f"{context}/{batch}"] = CHOSEN["variant"]
+                print(
+                    f"[profile] ctx={context} B={batch}: attention {CHOSEN['variant']} "
+                    f"(ms for n={pick_n}, one layer: {picked})",
+                    flush=True,
+                )
+                attention.setdefault("picked", {})[f"{context}/{batch}"] = picked
                 rows: dict[str, Any] = {}
                 for n in grid.n_tokens:
                     if time.perf_counter() - t_start > args.budget_s:
@@ -599,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                     round(statistics.median(rows[str(k)]["eager_ms"]), 4) for k in ns
                 ],
                 "timing": "cuda_graph" if all_graph else "eager",
+                "attention": chosen_by_config[f"{context}/{batch}"],
             }
         if not batch_sizes:
             continue
@@ -612,8 +647,8 @@ def main(argv: list[str] | None = None) -> int:
             "batch_sizes": batch_sizes,
             "notes": (
                 f"median of {grid.repeats} (eager) / {2 * grid.repeats} (graph) timed "
-                f"forwards after {grid.warmup} warm-ups, CUDA events; attention "
-                f"{attention['chosen']}; written by scripts/gpu_verify_profile.py"
+                f"forwards after {grid.warmup} warm-ups, CUDA events; attention variant per "
+                f"batch size as recorded; written by scripts/gpu_verify_profile.py"
             ),
         }
         path = args.out.with_name(f"{args.out.stem}-ctx{context}{args.out.suffix}")
