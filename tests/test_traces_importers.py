@@ -34,7 +34,11 @@ GREET_V2 = 'def greet(name):\n    return "hi " + name\n\n\nprint(greet("bob"))\n
 
 def test_swe_agent_calls_roles_and_artifacts():
     s = import_swe_agent(SWE)
-    assert (s.source, s.task_id, s.session_id) == ("swe-agent", "swe_agent_small", "swe-agent/swe_agent_small")
+    assert (s.source, s.task_id, s.session_id) == (
+        "swe-agent",
+        "swe_agent_small",
+        "swe-agent/swe_agent_small",
+    )
     # 10 assistant entries; the last, "Exit due to cost limit", is not a model call.
     assert [c.role for c in s.calls] == [
         "localize", "localize", "code", "code", "execute", "code", "localize", "localize", "other",
@@ -112,7 +116,9 @@ def test_mini_swe_agent_calls_roles_and_artifacts():
     assert s.calls[2].artifacts == [Artifact("calc.py", "def add(a, b):\n    return a - b\n", True)]
     # After `sed -i` the file starts afresh from what `nl -ba | sed -n` showed.
     assert s.calls[4].artifacts == [Artifact("calc.py", "    return a + b\n", False)]
-    assert s.calls[7].artifacts == [Artifact("calc.py", "def add(a, b):\n    return a + b\n", False)]
+    assert s.calls[7].artifacts == [
+        Artifact("calc.py", "def add(a, b):\n    return a + b\n", False)
+    ]
     assert [len(c.artifacts) for c in s.calls] == [0, 0, 1, 0, 1, 0, 0, 1]
 
 
@@ -175,7 +181,10 @@ def test_chatdev_old_layout_is_skipped_with_a_reason():
 
 
 def test_parse_codes():
-    prompt = 'x\nCodes:\n"a.py\n```python\nA = 1\n```\n\nweb/b.js\n```js\nB\n\n```\n"\nComments on Codes:\n"c.py\n```python\nC\n```"'
+    prompt = (
+        'x\nCodes:\n"a.py\n```python\nA = 1\n```\n\nweb/b.js\n```js\nB\n\n```\n"\n'
+        'Comments on Codes:\n"c.py\n```python\nC\n```"'
+    )
     assert parse_codes(prompt) == [("a.py", "A = 1\n"), ("web/b.js", "B\n\n")]
     assert parse_codes("no codes here") == []
     assert parse_codes('Codes: "main.py\n```python\nunterminated') == []

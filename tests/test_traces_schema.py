@@ -41,7 +41,13 @@ def _session(sid: str = "s1") -> Session:
                 "",
             ),
             # Not a prefix extension: the history was shortened.
-            Call("primary", "other", 2, [sys_m, Message("user", "Old output omitted (1 lines)")], "submit"),
+            Call(
+                "primary",
+                "other",
+                2,
+                [sys_m, Message("user", "Old output omitted (1 lines)")],
+                "submit",
+            ),
         ],
     )
 
@@ -76,8 +82,14 @@ def _good_line() -> bytes:
     [
         (lambda d: d.pop("session_id"), r"session\.session_id: missing field"),
         (lambda d: d["calls"][1].pop("output"), r"session\.calls\[1\]\.output: missing field"),
-        (lambda d: d["calls"][0].update(turn="0"), r"calls\[0\]\.turn: expected integer, got string"),
-        (lambda d: d["calls"][0].update(turn=True), r"calls\[0\]\.turn: expected integer, got boolean"),
+        (
+            lambda d: d["calls"][0].update(turn="0"),
+            r"calls\[0\]\.turn: expected integer, got string",
+        ),
+        (
+            lambda d: d["calls"][0].update(turn=True),
+            r"calls\[0\]\.turn: expected integer, got boolean",
+        ),
         (lambda d: d["calls"][0].update(role="debug"), r"calls\[0\]\.role: 'debug' is not one of"),
         (
             lambda d: d["calls"][1]["artifacts"][0].update(complete="yes"),
@@ -91,7 +103,10 @@ def _good_line() -> bytes:
             lambda d: d["calls"][0]["messages"][0].update(role="tool"),
             r"calls\[0\]\.messages\[0\]\.role: 'tool'",
         ),
-        (lambda d: d["calls"][1].update(reuse_messages=3), r"calls\[1\]\.reuse_messages: 3 is outside 0\.\.2"),
+        (
+            lambda d: d["calls"][1].update(reuse_messages=3),
+            r"calls\[1\]\.reuse_messages: 3 is outside 0\.\.2",
+        ),
         (lambda d: d.update(format_version=99), r"format_version: 99 is not supported"),
         (lambda d: d.update(calls={}), r"session\.calls: expected array, got object"),
     ],

@@ -1,0 +1,63 @@
+"""Random bytes at every importer: a TraceFormatError (a ValueError) or a session, never a
+crash or a hang. Also mutations of the hand-written fixtures, which reach deeper code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agspec.traces import Session, TraceFormatError
+from agspec.traces.chatdev import parse_chatdev
+from agspec.traces.mini_swe_agent import parse_mini_swe_agent
+from agspec.traces.swe_agent import parse_swe_agent
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+PARSERS = [
+    (parse_swe_agent, (FIXTURES / "swe_agent_small.traj").read_bytes()),
+    (parse_mini_swe_agent, (FIXTURES / "mini_swe_agent_small.traj.json").read_bytes()),
+    (parse_chatdev, (FIXTURES / "chatdev_small.log").read_bytes()),
+]
+_SETTINGS = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _run(parse, data: bytes) -> None:
+    t0 = time.perf_counter()
+    try:
+        s = parse(data, "fuzz")
+        assert isinstance(s, Session)
+    except TraceFormatError as exc:
+        assert str(exc)  # a message, not an empty error
+    assert time.perf_counter() - t0 < 2.0
+
+
+@_SETTINGS
+@given(st.binary(max_size=2000))
+def test_random_bytes(data):
+    for parse, _ in PARSERS:
+        _run(parse, data)
+
+
+@_SETTINGS
+@given(st.data())
+def test_mutated_fixtures(data):
+    for parse, seed in PARSERS:
+        n = len(seed)
+        i = data.draw(st.integers(0, n), label="start")
+        j = data.draw(st.integers(i, min(n, i + 200)), label="end")
+        insert = data.draw(st.binary(max_size=50), label="insert")
+        _run(parse, seed[:i] + insert + seed[j:])
+
+
+@_SETTINGS
+@given(st.text(alphabet=st.sampled_from(list('{}[]":,0123456789 \ntruefalsnul\\')), max_size=300))
+def test_json_shaped_text(text):
+    for parse, _ in PARSERS:
+        _run(parse, text.encode())
+
+
+def test_deep_json_nesting_is_a_format_error():
+    for parse, _ in PARSERS:
+        _run(parse, b"[" * 100_000)
