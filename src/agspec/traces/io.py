@@ -59,10 +59,11 @@ def _parse_line(line: str, name: str, lineno: int) -> Session:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        what = "truncated line" if exc.pos >= len(line.rstrip()) else "invalid JSON"
-        raise TraceFormatError(
-            f"{name}:{lineno}: {what}: {exc.msg} at column {exc.colno}"
-        ) from None
+        # A session line is an object: one that stops before its closing brace was cut off.
+        body = line.rstrip()
+        truncated = body.startswith("{") and (exc.pos >= len(body) or not body.endswith("}"))
+        what = "truncated line" if truncated else "invalid JSON"
+        raise TraceFormatError(f"{name}:{lineno}: {what}: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise TraceFormatError(f"{name}:{lineno}: JSON nested too deeply") from None
     try:
