@@ -152,11 +152,19 @@ def most_frequent_path(continuations: np.ndarray) -> list[int]:
     path: list[int] = []
     alive = np.arange(continuations.shape[0])
     for depth in range(continuations.shape[1]):
+        if alive.size == 1:  # one row left: the rest of the path is that row
+            rest = continuations[alive[0], depth:]
+            stop = np.flatnonzero(rest < 0)
+            path.extend(rest[: stop[0] if stop.size else rest.size].tolist())
+            break
         col = continuations[alive, depth]
         keep = col >= 0
         if not keep.any():
             break
         alive, col = alive[keep], col[keep]
+        if (col == col[0]).all():  # every row agrees (the common case): no counting
+            path.append(int(col[0]))
+            continue
         tokens, first_row, counts = np.unique(col, return_index=True, return_counts=True)
         best = counts == counts.max()
         token = int(tokens[best][np.argmin(first_row[best])])
