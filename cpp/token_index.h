@@ -168,7 +168,8 @@ class MatchCursor {
   int32_t match_length();
   std::vector<Occurrence> occurrences(size_t max_count);
   // rule 0: most frequent group of next-3 tokens among the max_occurrences most recent
-  // occurrences, ties to the most recent; rule 1: the earliest occurrence.
+  // occurrences, ties to the most recent; rule 1: the earliest occurrence; rule 2: the
+  // most recent occurrence.
   std::vector<Token> continuation(size_t max_tokens, int rule, size_t max_occurrences);
   size_t num_fed() const { return num_fed_; }
   int32_t max_match() const { return max_match_; }

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agspec.corpora import GlobalCorpus
-from agspec.drafter import (
-    AgSpecConfig,
-    AgSpecServer,
-    LengthState,
-    choose_source,
-)
+from agspec.drafter import AgSpecConfig, AgSpecServer, choose_source
+from agspec.policy.length import ProfiledCap
 
 
 class CharTokenizer:
@@ -43,46 +39,46 @@ def test_source_preference_at_each_margin(m_s, m_w, m_g, margin, expected):
     assert choose_source(m_s, m_w, m_g, margin) == expected
 
 
-def test_draft_length_rule():
-    st = LengthState(AgSpecConfig(default_cap_tokens=6), caps={"coder": 10})
-    assert st.draft_length("coder", 0) == (0, False)
-    assert st.draft_length("coder", 1) == (1, False)
-    assert st.draft_length("coder", 7) == (7, False)
-    assert st.draft_length("coder", 12) == (10, True)  # cut by the cap
-    assert st.draft_length("stranger", 12) == (6, True)  # default cap
-    st.scales["coder"] = 0.5
-    assert st.draft_length("coder", 7) == (3, False)  # floor(0.5 * 7)
-    assert st.draft_length("coder", 1) == (1, False)  # at least one token
+def test_length_rule_uses_profiled_caps_and_scales(tmp_path):
+    caps = ProfiledCap(default_cap_tokens=3)
+    caps.set("coder", model="", batch_size=1, cap_tokens=5)
+    text = "0123456789abcdefghij"
+    scales = tmp_path / "scales.json"
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(),
+        config=AgSpecConfig(use_global=False, break_even_prob=0.3),
+        caps=caps,
+        scales_path=scales,
+    )
+    sess = server.session("s")
+    sess.open_artifact("t.txt", text)
+    for agent, cap in (("coder", 5), ("reviewer", 3)):
+        call = sess.call(agent, "code", 1)
+        call.begin(toks("\x00" + text[:8]))  # m = 8, alpha = 1: min(8, cap)
+        draft = call.propose(32)
+        assert draft == toks(text[8 : 8 + cap])
+        call.accept(draft + [ord("!")])  # full accept at the cap: censored, no update
+        call.end()
+    assert server.lengths.scale is not None
+    assert server.lengths.scale.scales == {}
+    call = sess.call("coder", "code", 2)
+    call.begin(toks("\x00z" + text[:2]))  # m = 2 < cap: a full accept updates alpha
+    draft = call.propose(32)
+    assert draft == toks(text[2:4])
+    call.accept(draft + [ord("!")])
+    assert server.lengths.scale.alpha("coder") == pytest.approx(1 + 0.05 * (1 - 0.3))
+    sess.end()  # scales are written when a session ends, and load back
+    again = AgSpecServer(tokenizer=CharTokenizer(), config=AgSpecConfig(), scales_path=scales)
+    assert again.lengths.scale is not None
+    assert again.lengths.scale.alpha("coder") == pytest.approx(1.035)
 
 
-def test_online_scale_settles_where_full_accepts_happen_with_p_star():
-    import random
-
-    rng = random.Random(0)
-    cfg = AgSpecConfig(scale_step=0.02, break_even_prob=0.3, default_cap_tokens=64)
-    st = LengthState(cfg)
-    # The model accepts r ~ Uniform{0..19} of an unbounded draft. With match length 20,
-    # a draft of L = floor(20 a) is fully accepted when r >= L: P = (20 - L) / 20.
-    # The fixed point P(full) = p* = 0.3 gives L = 14, a = 0.7.
-    alphas = []
-    for step in range(20_000):
-        L, cut = st.draft_length("a", 20)
-        r = rng.randrange(20)
-        st.update("a", L, min(r, L), cut)
-        if step > 10_000:
-            alphas.append(st.scales["a"])
-    mean = sum(alphas) / len(alphas)
-    assert 0.65 <= mean <= 0.78, mean
-
-
-def test_scale_update_skipped_when_a_capped_draft_is_fully_accepted():
-    st = LengthState(AgSpecConfig(default_cap_tokens=4, break_even_prob=0.5))
-    L, cut = st.draft_length("a", 10)
-    assert (L, cut) == (4, True)
-    st.update("a", L, 4, cut)
-    assert "a" not in st.scales  # censored observation
-    st.update("a", L, 2, cut)
-    assert st.scales["a"] == pytest.approx(1.0 - 0.05 * 0.5)
+def test_corrupt_scales_file_is_reported_and_ignored(tmp_path):
+    bad = tmp_path / "scales.json"
+    bad.write_text("{not json")
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        server = AgSpecServer(tokenizer=CharTokenizer(), scales_path=bad)
+    assert server.lengths.scale is not None and server.lengths.scale.scales == {}
 
 
 def run_call(call, prompt: str, output: str, k: int = 16):

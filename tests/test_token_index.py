@@ -54,6 +54,8 @@ class BruteIndex:
         occ = self.ends(fed[-m:])
         if rule == "first":
             doc_id, off = occ[-1]
+        elif rule == "recent":
+            doc_id, off = occ[0]
         else:
             occ = occ[:occ_max]
             keys = [tuple(self.docs[d][o + 1 : o + 4]) for d, o in occ]
@@ -68,7 +70,7 @@ def check_cursor(ref: BruteIndex, cur, fed: list[int], cap: int) -> None:
     assert cur.match_length == m
     expected_occ = ref.ends(fed[-m:])[:7] if m else []
     assert cur.occurrences(7) == expected_occ
-    for rule in ("frequent", "first"):
+    for rule in ("frequent", "first", "recent"):
         for occ_max in (1, 3, 32):
             assert cur.continuation(5, rule, max_occurrences=occ_max) == ref.continuation(
                 fed, cap, 5, rule, occ_max

@@ -21,15 +21,24 @@ than the tokens available.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
+from agspec.costmodel import break_even_accept_prob
+from agspec.policy.length import (
+    DraftLengthPolicy,
+    LengthDecision,
+    OnlineScale,
+    OnlineScaleConfig,
+    ProfiledCap,
+)
 from agspec.protocol import accept_length
 from agspec.token_index import ContinuationRule, MatchCursor, TokenIndex, as_tokens
 
@@ -54,8 +63,13 @@ class AgSpecConfig:
     default_cap_tokens: int = 16  # C_a for agents without a profiled cap
     max_match_tokens: int = 64
     max_occurrences: int = 32
-    scale_step: float = 0.05  # η of the online scale
-    scale_min: float = 0.25
+    # Continuation rules (paper §3.1): next-3-token frequency for session and global,
+    # first occurrence for workspace. "recent" is the measured alternative.
+    session_rule: ContinuationRule = "frequent"
+    workspace_rule: ContinuationRule = "first"
+    global_rule: ContinuationRule = "frequent"
+    scale_step: float = 0.05  # η of the online scale (agspec.policy.length.OnlineScale)
+    scale_min: float = 0.05
     scale_max: float = 4.0
     break_even_prob: float = 0.5  # p*, overridden by the cost model when one is given
     session_ttl_s: float = 3600.0
@@ -107,52 +121,6 @@ def choose_source(m_s: int, m_w: int, m_g: int, margin: int) -> Source | None:
     return None
 
 
-@dataclass
-class LengthState:
-    """Per-agent caps C_a (offline) and scales α_a (online), shared by a server."""
-
-    config: AgSpecConfig
-    caps: dict[str, int] = field(default_factory=dict)
-    scales: dict[str, float] = field(default_factory=dict)
-    _warned: set[str] = field(default_factory=set)
-
-    def cap(self, agent: str) -> int:
-        cap = self.caps.get(agent)
-        if cap is None:
-            if agent not in self._warned and self.caps:
-                log.info(
-                    "no profiled cap for agent %r: using %d", agent, self.config.default_cap_tokens
-                )
-            self._warned.add(agent)
-            return self.config.default_cap_tokens
-        return cap
-
-    def draft_length(self, agent: str, match_length: int) -> tuple[int, bool]:
-        """(L, cut_by_cap) before the available-token bound."""
-        cfg = self.config
-        if match_length <= 0:
-            return 0, False
-        if cfg.length_mode == "static":
-            return cfg.static_length_tokens, False
-        alpha = self.scales.get(agent, 1.0) if cfg.length_mode == "cap+scale" else 1.0
-        want = max(1, int(alpha * match_length))
-        if cfg.length_mode == "match":
-            return want, False
-        cap = self.cap(agent)
-        return min(want, cap), want > cap
-
-    def update(self, agent: str, drafted: int, accepted: int, cut_by_cap: bool) -> None:
-        """α_a += η·(1[fully accepted] − p*); skipped when a full accept was capped."""
-        cfg = self.config
-        if cfg.length_mode != "cap+scale" or drafted == 0:
-            return
-        full = accepted >= drafted
-        if full and cut_by_cap:
-            return  # censored: the cap, not the scale, limited this draft
-        alpha = self.scales.get(agent, 1.0) + cfg.scale_step * (float(full) - cfg.break_even_prob)
-        self.scales[agent] = min(cfg.scale_max, max(cfg.scale_min, alpha))
-
-
 class AgSpecServer:
     """Process-level state: the global corpus, caps, scales; creates sessions."""
 
@@ -162,23 +130,41 @@ class AgSpecServer:
         tokenizer: Any,
         global_corpus: GlobalCorpus | None = None,
         config: AgSpecConfig | None = None,
-        caps: dict[str, int] | None = None,
+        caps: ProfiledCap | None = None,
+        scales_path: str | os.PathLike[str] | None = None,
+        model: str = "",
+        batch_size: int = 1,
         name: str = "agspec",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
-        self.config = config or AgSpecConfig()
+        self.config = cfg = config or AgSpecConfig()
         self.tokenizer = tokenizer
-        self.global_corpus = global_corpus if self.config.use_global else None
-        self.lengths = LengthState(self.config, dict(caps or {}))
+        self.global_corpus = global_corpus if cfg.use_global else None
         self.separator_id: int | None = getattr(tokenizer, "im_start_id", None)
+        self.scales_path = scales_path
+        scale_cfg = OnlineScaleConfig(
+            step_size=cfg.scale_step, alpha_min=cfg.scale_min, alpha_max=cfg.scale_max
+        )
+        if scales_path is not None:
+            scale = OnlineScale.load(scales_path, p_star=cfg.break_even_prob, config=scale_cfg)
+        else:
+            scale = OnlineScale(p_star=cfg.break_even_prob, config=scale_cfg)
+        self.lengths = DraftLengthPolicy(
+            cfg.length_mode,
+            caps=caps or ProfiledCap(default_cap_tokens=cfg.default_cap_tokens),
+            scale=scale,
+            model=model,
+            batch_size=batch_size,
+            static_tokens=cfg.static_length_tokens,
+        )
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
 
-    def with_break_even(self, p_star: float) -> AgSpecServer:
-        self.config = replace(self.config, break_even_prob=p_star)
-        self.lengths.config = self.config
-        return self
+    def save_scales(self) -> None:
+        """Writes the per-agent scales (atomically) so they survive a restart."""
+        if self.scales_path is not None and self.lengths.scale is not None:
+            self.lengths.scale.save(self.scales_path)
 
     def session(self, session_id: str, *, emission_format: str = "none") -> AgSpecSession:
         if not isinstance(session_id, str) or not session_id:
@@ -204,6 +190,7 @@ class AgSpecServer:
 
     def end_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        self.save_scales()
 
     @property
     def live_tokens(self) -> int:
@@ -275,7 +262,7 @@ class AgSpecCall:
         self._cursors: dict[Source, MatchCursor] = {}
         self._request: TokenIndex | None = None
         self._draft: list[int] = []
-        self._cut_by_cap = False
+        self._decision: LengthDecision | None = None
         self._begun = False
         self._ended = False
         self.last_source: Source | None = None
@@ -331,11 +318,23 @@ class AgSpecCall:
         if source is None:
             return []
         m = lengths[source]
-        want, cut = server.lengths.draft_length(self.agent, m)
-        want = min(want, max_tokens)
-        rule: ContinuationRule = "first" if source == "workspace" else "frequent"
+        want = server.lengths.draft_length(
+            self.agent, match_tokens=m, available_tokens=max_tokens
+        ).draft_tokens
+        rule: ContinuationRule = {
+            "request": cfg.session_rule,
+            "session": cfg.session_rule,
+            "workspace": cfg.workspace_rule,
+            "global": cfg.global_rule,
+        }[source]
         draft = self._cursors[source].continuation(want, rule, max_occurrences=cfg.max_occurrences)
-        self._draft, self._cut_by_cap = draft, cut and len(draft) == want
+        cap = server.lengths.caps.cap_for(
+            self.agent, model=server.lengths.model, batch_size=server.lengths.batch_size
+        )
+        # Censored only when the cap itself bounded the draft (not max_tokens, not text).
+        capped = cfg.length_mode in ("cap", "cap+scale") and len(draft) == want == cap
+        self._draft = draft
+        self._decision = LengthDecision(len(draft), cap, capped)
         self.last_source, self.last_match_length = source, m
         return list(draft)
 
@@ -352,9 +351,10 @@ class AgSpecCall:
                 f"committed_ids {committed.tolist()[:8]} are not a prefix of the draft "
                 f"{draft[:8]} plus one token: these tokens were never proposed"
             )
-        accepted = accept_length(draft, committed.tolist())
-        self.session.server.lengths.update(self.agent, len(draft), accepted, self._cut_by_cap)
-        self._draft = []
+        if self._decision is not None and draft:
+            accepted = accept_length(draft, committed.tolist())
+            self.session.server.lengths.observe(self.agent, self._decision, accepted)
+        self._draft, self._decision = [], None
         # committed was checked above: feed the native objects directly (hot path).
         for cur in self._cursors.values():
             cur._native.extend(committed)
@@ -375,10 +375,6 @@ def _break_even(cost_model: Any, batch_size: int) -> float | None:
     """p* from `agspec.costmodel` when a cost model is given (None: keep the default)."""
     if cost_model is None:
         return None
-    try:
-        from agspec.costmodel import break_even_accept_prob
-    except ImportError:
-        return None
     return float(break_even_accept_prob(cost_model, batch_size))
 
 
@@ -392,13 +388,31 @@ def replay_factory(
         global_docs: Sequence[Sequence[int]], tokenizer: Any, cost_model: Any, batch_size: int
     ) -> AgSpecServer:
         g = GlobalCorpus.build(global_docs) if config.use_global and global_docs else None
-        server = AgSpecServer(tokenizer=tokenizer, global_corpus=g, config=config, name=variant)
         p_star = _break_even(cost_model, batch_size)
-        if p_star is not None:
-            server.with_break_even(p_star)
-        return server
+        cfg = config if p_star is None else replace(config, break_even_prob=p_star)
+        return AgSpecServer(
+            tokenizer=tokenizer,
+            global_corpus=g,
+            config=cfg,
+            caps=_replay_caps(),
+            batch_size=batch_size,
+            name=variant,
+        )
 
     return factory
+
+
+_REPLAY_CAPS: ProfiledCap | None = None
+
+
+def set_replay_caps(caps: ProfiledCap | None) -> None:
+    """Caps the replay factories hand to AgSpec servers (from `agspec profile`)."""
+    global _REPLAY_CAPS
+    _REPLAY_CAPS = caps
+
+
+def _replay_caps() -> ProfiledCap | None:
+    return _REPLAY_CAPS
 
 
 # Picked up by agspec.replay.registry: every variant is a replay drafter by its name.
