@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from agspec.replay.records import ReplayCall, ReplaySession
-from agspec.replay.simulator import ar_cost, replay_batched
+from agspec.replay.simulator import StepTimer, ar_time_ms, replay_batched
 
 
 class FixedDrafter:
@@ -91,7 +91,7 @@ def test_single_call_bonus_token_and_end_of_output() -> None:
     assert ("accept", [8, 9, 12]) in server.log and ("accept", [13, 14]) in server.log
     assert res.num_steps == 2 and res.num_output_tokens == 5
     assert res.mean_accept_length == 2.0
-    assert res.spec_cost == 2.0 and res.ar_cost == 5.0 and res.speedup == 2.5
+    assert res.spec_ms == 2.0 and res.ar_ms == 5.0 and res.speedup == 2.5
 
 
 def test_empty_drafter_is_autoregressive() -> None:
@@ -104,7 +104,7 @@ def test_empty_drafter_is_autoregressive() -> None:
         res = replay_batched([(s, server) for s in sessions], batch_size=b, cost_model=Linear())
         assert res.num_steps == 6 and res.num_accepted_tokens == 0
         assert res.speedup == pytest.approx(1.0)
-        assert res.spec_cost == pytest.approx(res.ar_cost)
+        assert res.spec_ms == pytest.approx(res.ar_ms)
 
 
 def test_lifecycle_order_and_artifacts_opened_once_before_begin() -> None:
@@ -149,10 +149,10 @@ def test_batching_schedule_and_cost_by_hand() -> None:
         + Linear().step_cost(1 + 1.0, 1)
     )
     assert res.num_batch_steps == 4
-    assert res.spec_cost == pytest.approx(expected)
+    assert res.spec_ms == pytest.approx(expected)
     # AR: s1 in slot 0 for 10 steps, s2 in slot 1 for 3, s3 in slot 1 steps 3..5:
     # 5 steps with 2 active (0..4), 5 steps with 1 active (5..9).
-    assert res.ar_cost == pytest.approx(5 * Linear().step_cost(1, 2) + 5 * Linear().step_cost(1, 1))
+    assert res.ar_ms == pytest.approx(5 * Linear().step_cost(1, 2) + 5 * Linear().step_cost(1, 1))
     rows = res.recorder.rows()
     assert [(r["session"], r["batch_step"], r["num_active"]) for r in rows] == [
         ("s1", 0, 2), ("s2", 0, 2), ("s1", 1, 2), ("s2", 1, 2),
@@ -164,7 +164,7 @@ def test_batching_schedule_and_cost_by_hand() -> None:
     expected_max = (
         2 * Linear().step_cost(5, 2) + Linear().step_cost(2, 2) + Linear().step_cost(2, 1)
     )
-    assert res_max.spec_cost == pytest.approx(expected_max)
+    assert res_max.spec_ms == pytest.approx(expected_max)
 
 
 def test_ar_cost_matches_simulated_null_drafter() -> None:
@@ -176,8 +176,8 @@ def test_ar_cost_matches_simulated_null_drafter() -> None:
         res = replay_batched(
             [(s, FixedServer()) for s in sessions], batch_size=b, cost_model=Linear()
         )
-        cost, steps = ar_cost(lengths, batch_size=b, cost_model=Linear())
-        assert res.spec_cost == pytest.approx(cost)
+        cost, steps = ar_time_ms(lengths, batch_size=b, timer=StepTimer(Linear()))
+        assert res.spec_ms == pytest.approx(cost)
         assert res.num_batch_steps == steps
 
 

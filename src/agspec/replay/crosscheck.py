@@ -88,7 +88,7 @@ class _PieceEncoder:
 
     def chat_calls(self, messages: Sequence[tuple[str, str]], agent: str) -> list[ReplayCall]:
         """One call per assistant message; its prompt is every message before it."""
-        calls = []
+        calls: list[ReplayCall] = []
         prefix: list[int] = []
         for role, content in messages:
             if role == "assistant":

@@ -21,7 +21,7 @@ repeats the history) resumes from that prefix's state instead of re-reading it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 ORACLE_SCOPES = ("call", "session", "run")
@@ -158,7 +158,7 @@ class OracleServer:
 
     def __init__(
         self,
-        outputs: dict[str, Sequence[Sequence[int]]],
+        outputs: Mapping[str, Sequence[Sequence[int]]],
         *,
         global_docs: Sequence[Sequence[int]] = (),
         cap_tokens: int = 64,

@@ -179,7 +179,8 @@ def resolve_cost_model(spec: str, *, context_tokens: int) -> Any:
 
 
 def decode_step_ms_of(cost_model: Any, override: float | None) -> float:
-    """Absolute time of one batch-1 decode step: override, the model's, or the default."""
+    """ms of one plain decode step, used only with a relative cost model (no `step_time_ms`):
+    the override, the model's own attribute, or `DEFAULT_DECODE_STEP_MS`."""
     if override is not None:
         return float(override)
     for attr in ("decode_step_ms", "step_ms"):
@@ -322,6 +323,7 @@ def run_replay(
             "fold_sizes": [sum(1 for s in group if fold_of(s.session_id) == f) for f in (0, 1)],
             "cost_model": repr(cost_model),
             "decode_step_ms": step_ms,
+            "absolute_cost_model": callable(getattr(cost_model, "step_time_ms", None)),
         }
         for name in config.drafters:
             for batch_size in config.batch_sizes:

@@ -13,14 +13,15 @@ lengths 2 and 0, four tokens.
 
 Batching (`replay_batched`): B slots; sessions start in order as slots free up (a slot
 whose session finished takes the next session in the same step). Every batch step
-verifies one step of each active session together and costs
-`cost_model.step_cost(n_tokens, num_active)`. With `batch_cost="mean"` (default),
+verifies one step of each active session together and takes
+`step_time_ms(n_tokens, num_active)` of the cost model (`StepTimer`).
+With `batch_cost="mean"` (default),
 `n_tokens = 1 + mean draft length over the active requests`: vLLM v1 flattens the
 requests' tokens into one ragged batch without per-request padding, so the verification
 work follows the total token count, `num_active * (1 + mean draft)`. `"max"` models a
 padded batch (every request padded to the longest draft, as static-shape engines do).
 AR is the same schedule with no drafts (`n_tokens = 1`), computed in closed form by
-`ar_cost`.
+`ar_time_ms`. Speedup = AR time / speculative time: throughput over AR in the same run.
 """
 
 from __future__ import annotations
@@ -37,17 +38,64 @@ BATCH_COST_RULES = ("mean", "max")
 
 
 class StepCostModel(Protocol):
-    """Cost of one verification step relative to one plain decode step (1.0 at n=1, B=1)."""
+    """Cost of one verification step of `n_tokens` per request at `batch_size` requests.
 
-    def step_cost(self, n_tokens: float, batch_size: int) -> float: ...
+    `step_cost` is relative to one plain decode step; a model that also has
+    `step_time_ms(n_tokens, batch_size)` (absolute, as `agspec.costmodel`'s) is timed
+    with that instead, so steps at different batch sizes compare.
+    """
+
+    def step_cost(self, n_tokens: int, batch_size: int) -> float: ...
+
+
+class StepTimer:
+    """Time of one batch step in ms, with fractional `n_tokens` and a cache.
+
+    Absolute models (`step_time_ms`) give ms directly; relative ones are scaled by
+    `decode_step_ms`. A fractional `n` (the mean rule) interpolates linearly between
+    its neighbouring integers: the batch's total token count `B * n` is what costs.
+
+    >>> class Linear:
+    ...     def step_cost(self, n_tokens, batch_size): return 1.0 + 0.5 * (n_tokens - 1)
+    >>> StepTimer(Linear(), decode_step_ms=10.0)(2.5, 1)
+    17.5
+    """
+
+    def __init__(self, cost_model: StepCostModel, *, decode_step_ms: float = 1.0) -> None:
+        absolute = getattr(cost_model, "step_time_ms", None)
+        self.absolute = callable(absolute)
+        if self.absolute:
+            self._fn = absolute
+        else:
+
+            def relative(n: int, b: int) -> float:
+                return cost_model.step_cost(n, b) * decode_step_ms
+
+            self._fn = relative
+        self._cache: dict[tuple[int, int], float] = {}
+
+    def _at(self, n: int, batch_size: int) -> float:
+        key = (n, batch_size)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = float(self._fn(n, batch_size))  # type: ignore[misc]
+        return value
+
+    def __call__(self, n_tokens: float, batch_size: int) -> float:
+        lo = int(n_tokens)
+        frac = n_tokens - lo
+        t = self._at(lo, batch_size)
+        if frac > 1e-12:
+            t += frac * (self._at(lo + 1, batch_size) - t)
+        return t
 
 
 @dataclass
 class BatchResult:
     """Totals of one replay of a set of sessions at one batch size.
 
-    Costs are in units of one batch-1 decode step (`StepCostModel`); `*_ms` convert them
-    with `decode_step_ms`.
+    Times are modelled milliseconds (`StepTimer`): from the cost model's `step_time_ms`
+    when it has one, else its relative `step_cost` times `decode_step_ms`.
     """
 
     batch_size: int
@@ -57,10 +105,10 @@ class BatchResult:
     num_batch_steps: int
     num_drafted_tokens: int
     num_accepted_tokens: int
-    spec_cost: float
-    ar_cost: float
+    spec_ms: float
+    ar_ms: float
     draft_ns: int  # CPU time in the drafter: propose + accept + begin/end/open_artifact
-    decode_step_ms: float
+    absolute_cost_model: bool
     recorder: StepRecorder = field(repr=False)
 
     @property
@@ -74,15 +122,7 @@ class BatchResult:
     @property
     def speedup(self) -> float:
         """Modelled throughput over AR in the same run (drafting time not counted)."""
-        return self.ar_cost / self.spec_cost if self.spec_cost else 1.0
-
-    @property
-    def spec_ms(self) -> float:
-        return self.spec_cost * self.decode_step_ms
-
-    @property
-    def ar_ms(self) -> float:
-        return self.ar_cost * self.decode_step_ms
+        return self.ar_ms / self.spec_ms if self.spec_ms else 1.0
 
     @property
     def speedup_with_drafting(self) -> float:
@@ -109,10 +149,10 @@ class BatchResult:
             "num_accepted_tokens": self.num_accepted_tokens,
             "mean_accept_length": self.mean_accept_length,
             "tokens_per_step": self.tokens_per_step,
-            "spec_cost_steps": self.spec_cost,
-            "ar_cost_steps": self.ar_cost,
+            "spec_ms": self.spec_ms,
+            "ar_ms": self.ar_ms,
             "speedup": self.speedup,
-            "decode_step_ms": self.decode_step_ms,
+            "absolute_cost_model": self.absolute_cost_model,
             "draft_ms": self.draft_ns / 1e6,
             "draft_us_per_token": self.draft_us_per_token,
             "speedup_with_drafting": self.speedup_with_drafting,
@@ -199,10 +239,10 @@ def _session_steps(
     return overhead_ns + clock() - t0
 
 
-def ar_cost(
-    session_tokens: Sequence[int], *, batch_size: int, cost_model: StepCostModel
+def ar_time_ms(
+    session_tokens: Sequence[int], *, batch_size: int, timer: StepTimer
 ) -> tuple[float, int]:
-    """Modelled cost and batch-step count of AR decoding under the same slot schedule.
+    """Modelled time (ms) and batch-step count of AR decoding under the same slot schedule.
 
     Each session occupies a slot for as many steps as it has output tokens; sessions
     start in order in the slot that frees first (lowest index on ties), which is what
@@ -210,8 +250,8 @@ def ar_cost(
 
     >>> class Flat:
     ...     def step_cost(self, n_tokens, batch_size): return 1.0
-    >>> ar_cost([3, 1, 2], batch_size=2, cost_model=Flat())
-    (4.0, 4)
+    >>> ar_time_ms([3, 1, 2], batch_size=2, timer=StepTimer(Flat()))  # slots: 3 | 1 then 2
+    (3.0, 3)
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -232,7 +272,7 @@ def ar_cost(
     for t, t_next in zip(times, times[1:], strict=False):
         active += deltas[t]
         if active > 0:
-            cost += (t_next - t) * cost_model.step_cost(1, active)
+            cost += (t_next - t) * timer(1, active)
             steps += t_next - t
     return cost, steps
 
@@ -268,6 +308,7 @@ def replay_batched(
     batch_step = 0
     num_steps = num_drafted = num_accepted = num_tokens = 0
     use_max = batch_cost == "max"
+    timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
     while True:
         rows: list[list[Any]] = []
         for i in range(batch_size):
@@ -307,15 +348,15 @@ def replay_batched(
             row.append(num_active)
             append(row)
         n_tokens = 1 + (longest if use_max else total_drafted / num_active)
-        spec += cost_model.step_cost(n_tokens, num_active)
+        spec += timer(n_tokens, num_active)
         num_drafted += total_drafted
         num_steps += num_active
         num_tokens += step_tokens
         batch_step += 1
         if on_progress is not None:
             on_progress(step_tokens)
-    ar, _ = ar_cost(
-        [s.num_output_tokens for s, _ in sessions], batch_size=batch_size, cost_model=cost_model
+    ar, _ = ar_time_ms(
+        [s.num_output_tokens for s, _ in sessions], batch_size=batch_size, timer=timer
     )
     return BatchResult(
         batch_size=batch_size,
@@ -325,9 +366,9 @@ def replay_batched(
         num_batch_steps=batch_step,
         num_drafted_tokens=num_drafted,
         num_accepted_tokens=num_accepted,
-        spec_cost=spec,
-        ar_cost=ar,
+        spec_ms=spec,
+        ar_ms=ar,
         draft_ns=draft_ns,
-        decode_step_ms=decode_step_ms,
+        absolute_cost_model=timer.absolute,
         recorder=recorder,
     )
