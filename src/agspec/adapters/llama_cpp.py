@@ -1,0 +1,347 @@
+"""llama.cpp adapter (`llama-cpp-python`, optional extra): any `CallDrafter` inside llama.cpp.
+
+Two ways in:
+
+1. `AgSpecLlamaDraftModel(drafter_factory)`, a drop-in `draft_model` for stock
+   `Llama(..., draft_model=...)`, so `create_completion` / `create_chat_completion` speed up
+   unchanged. llama-cpp-python gives no acceptance callback; the draft model is called
+   with the whole sequence after every verification step, so acceptance is inferred from
+   the prefix the next call receives (see `AgSpecLlamaDraftModel.__call__`).
+2. `generate(llm, prompt_ids, drafter, ...)`, an own greedy loop: evaluate the pending
+   token and the draft in one batch, keep the longest prefix where the draft equals the
+   argmax, roll the KV cache back to it, and report every step (`StepStats`) to the
+   caller and every commit to the drafter.
+
+`llama_cpp` is imported lazily: importing this module never needs it.
+
+Example with concrete tokens (greedy): after the prompt `[5, 6, 7]` the drafter proposes
+`[8, 9, 10, 11]`; one batch evaluates `[7, 8, 9, 10, 11]` (7 was pending); the argmax rows
+read `[8, 9, 12, ...]`, so 8 and 9 are accepted, 12 is the bonus token, the drafter gets
+`accept([8, 9, 12])` (accept length 2), and the KV cache keeps positions up to 9.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agspec.protocol import CallDrafter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_cpp import Llama
+
+
+def import_llama_cpp() -> Any:
+    """Import `llama_cpp` or raise ImportError saying how to install it."""
+    try:
+        import llama_cpp
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "the llama.cpp adapter needs llama-cpp-python==0.3.36; it has no wheel on PyPI, "
+            "build it with scripts/install_llama_cpp.sh (about 5 minutes on 2 cores)"
+        ) from exc
+    return llama_cpp
+
+
+def _draft_model_base() -> type:
+    try:
+        from llama_cpp.llama_speculative import LlamaDraftModel
+    except ImportError:  # the class still works as a plain callable without llama_cpp
+        return object
+    return LlamaDraftModel  # type: ignore[no-any-return]
+
+
+class AgSpecLlamaDraftModel(_draft_model_base()):  # type: ignore[misc]
+    """Stock llama-cpp-python speculative hook, fed by any `CallDrafter`.
+
+    llama-cpp-python calls `draft_model(input_ids)` with the whole sequence (prompt +
+    every committed token, the last one not evaluated yet) after each verification step.
+    The draft it gets back is appended and verified. So when a call's `input_ids` equal
+    the previous call's sequence plus a prefix of the previous draft plus one token, that
+    suffix is exactly the committed tokens of the step: `accept(suffix)`. Anything else
+    starts a new model call: `end()` the old drafter, make a new one with
+    `drafter_factory()`, and `begin(input_ids[:-1])` + `accept(input_ids[-1:])` (the first
+    call already carries the first generated token).
+
+    Example: call 1 receives `[5, 6, 7, 8]` → `begin([5, 6, 7])`, `accept([8])`, returns
+    draft `[9, 10, 11]`; call 2 receives `[5, 6, 7, 8, 9, 10, 4]` → `accept([9, 10, 4])`
+    (accept length 2).
+    """
+
+    def __init__(
+        self,
+        drafter_factory: Callable[[], CallDrafter],
+        *,
+        num_draft_tokens: int = 16,
+    ) -> None:
+        if num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
+        self.drafter_factory = drafter_factory
+        self.num_draft_tokens = num_draft_tokens
+        self._drafter: CallDrafter | None = None
+        self._sequence: list[int] = []  # what the drafter has seen: prompt + committed
+        self._draft: list[int] = []  # the last draft returned
+        # Counters over the object's life, for benchmarks.
+        self.num_calls = 0
+        self.num_steps = 0
+        self.num_drafted_tokens = 0
+        self.num_accepted_tokens = 0
+
+    def _continuation(self, ids: list[int]) -> list[int] | None:
+        """The committed tokens if `ids` continues the previous step, else None."""
+        if self._drafter is None or len(ids) <= len(self._sequence):
+            return None
+        n = len(self._sequence)
+        if ids[:n] != self._sequence:
+            return None
+        new = ids[n:]
+        if len(new) - 1 > len(self._draft) or new[:-1] != self._draft[: len(new) - 1]:
+            return None
+        return new
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        ids = [int(t) for t in np.asarray(input_ids).reshape(-1)]
+        if not ids:
+            return np.array([], dtype=np.intc)
+        committed = self._continuation(ids)
+        if committed is None:
+            self.finish()
+            self._drafter = self.drafter_factory()
+            self._drafter.begin(ids[:-1])
+            self._drafter.accept(ids[-1:])
+            self.num_calls += 1
+        else:
+            assert self._drafter is not None
+            self._drafter.accept(committed)
+            self.num_steps += 1
+            self.num_accepted_tokens += len(committed) - 1
+        self._sequence = ids
+        self._draft = [int(t) for t in self._drafter.propose(self.num_draft_tokens)]
+        self._draft = self._draft[: self.num_draft_tokens]
+        self.num_drafted_tokens += len(self._draft)
+        return np.array(self._draft, dtype=np.intc)
+
+    def finish(self) -> None:
+        """End the current call's drafter (also done implicitly by the next new call)."""
+        if self._drafter is not None:
+            self._drafter.end()
+        self._drafter = None
+        self._sequence = []
+        self._draft = []
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One verification step of `generate`.
+
+    `drafted_tokens` were proposed, `accepted_tokens` of them matched the argmax (accept
+    length: the bonus token is not counted), `committed_tokens` = accepted + 1 unless
+    the output hit EOS or `max_new_tokens`.
+    """
+
+    drafted_tokens: int
+    accepted_tokens: int
+    committed_tokens: int
+    evaluated_tokens: int  # batch size of the forward pass (pending + draft)
+    draft_ms: float
+    verify_ms: float
+
+
+@dataclass
+class GenerationResult:
+    """Output of `generate`: the new tokens and per-step statistics."""
+
+    tokens: list[int]
+    steps: list[StepStats] = field(default_factory=list)
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # prompt prefix found in the KV cache
+    prefill_ms: float = 0.0
+    total_ms: float = 0.0
+    stopped_by: str = "length"  # "length", "eos" or "context"
+
+    @property
+    def num_drafted_tokens(self) -> int:
+        return sum(s.drafted_tokens for s in self.steps)
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return sum(s.accepted_tokens for s in self.steps)
+
+    @property
+    def mean_accept_length(self) -> float:
+        return self.num_accepted_tokens / len(self.steps) if self.steps else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """New tokens per second of decoding (prefill excluded)."""
+        decode_ms = self.total_ms - self.prefill_ms
+        return 1000.0 * len(self.tokens) / decode_ms if decode_ms > 0 else 0.0
+
+
+def _eval_batch(llm: Llama, tokens: Sequence[int], *, all_logits: bool) -> np.ndarray:
+    """Append `tokens` to the KV cache in one `llama_decode` per `n_batch` chunk.
+
+    Returns logits `[len(tokens), n_vocab]` when `all_logits`, else `[1, n_vocab]` for the
+    last token. Works like `Llama.eval` but without `logits_all=True`, whose score buffer
+    is `n_ctx x n_vocab` floats (2.5 GB for Qwen2.5 at n_ctx 4096).
+    """
+    n_vocab = llm.n_vocab()
+    rows: list[np.ndarray] = []
+    llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)  # drop anything after n_tokens
+    for start in range(0, len(tokens), llm.n_batch):
+        chunk = list(tokens[start : start + llm.n_batch])
+        is_last_chunk = start + llm.n_batch >= len(tokens)
+        llm._batch.set_batch(batch=chunk, n_past=llm.n_tokens, logits_all=all_logits)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[llm.n_tokens : llm.n_tokens + len(chunk)] = chunk
+        llm.n_tokens += len(chunk)
+        num_rows = len(chunk) if all_logits else 1
+        if all_logits or is_last_chunk:
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(num_rows * n_vocab,))
+            rows.append(logits.reshape(num_rows, n_vocab).copy())
+    return np.concatenate(rows, axis=0)
+
+
+def _rollback(llm: Llama, num_tokens: int) -> None:
+    """Keep the first `num_tokens` positions of the KV cache."""
+    llm.n_tokens = num_tokens
+    llm._ctx.kv_cache_seq_rm(-1, num_tokens, -1)
+
+
+def prefill(llm: Llama, prompt_ids: Sequence[int], *, reuse_prefix: bool = True) -> tuple[int, int]:
+    """Evaluate the prompt except its last token; return (next position's token, reused).
+
+    The last prompt token stays pending so the first verification batch evaluates it
+    together with the first draft. With `reuse_prefix`, the longest common prefix of the
+    KV cache and the prompt is kept (llama.cpp's own prefix cache does the same).
+    """
+    prompt = [int(t) for t in prompt_ids]
+    reused = 0
+    if reuse_prefix and llm.n_tokens > 0:
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        limit = min(len(cached), len(prompt) - 1)
+        while reused < limit and cached[reused] == prompt[reused]:
+            reused += 1
+    _rollback(llm, reused)
+    if len(prompt) - 1 > reused:
+        _eval_batch(llm, prompt[reused:-1], all_logits=False)
+    return prompt[-1], reused
+
+
+def generate(
+    llm: Llama,
+    prompt_ids: Sequence[int],
+    drafter: CallDrafter | None,
+    max_new_tokens: int,
+    *,
+    num_draft_tokens: int = 16,
+    eos_token_ids: Sequence[int] | None = None,
+    reuse_prefix: bool = True,
+    on_step: Callable[[StepStats], None] | None = None,
+) -> GenerationResult:
+    """Greedy speculative decoding with `drafter`; `drafter=None` is plain greedy decoding.
+
+    Every step evaluates the pending token plus the draft in one batch; the committed
+    tokens are the draft's longest prefix that equals the argmax, plus the argmax after it.
+    The output equals greedy decoding token for token, except where llama.cpp's batched
+    kernels flip a near-tie (see docs/live.md).
+    """
+    llama_cpp = import_llama_cpp()
+    if not isinstance(llm, llama_cpp.Llama):
+        raise TypeError(f"llm must be a llama_cpp.Llama, got {type(llm).__name__}")
+    if max_new_tokens < 0 or num_draft_tokens < 0:
+        raise ValueError(
+            f"max_new_tokens and num_draft_tokens must be >= 0, got {max_new_tokens} "
+            f"and {num_draft_tokens}"
+        )
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("prompt_ids is empty: llama.cpp needs at least one token (e.g. BOS)")
+    n_ctx = llm.n_ctx()
+    if len(prompt) >= n_ctx:
+        raise ValueError(f"prompt has {len(prompt)} tokens; the context holds {n_ctx}")
+    eos = set(eos_token_ids) if eos_token_ids is not None else {llm.token_eos()}
+
+    t0 = time.perf_counter()
+    pending, reused = prefill(llm, prompt, reuse_prefix=reuse_prefix)
+    prefill_ms = (time.perf_counter() - t0) * 1000.0
+    result = GenerationResult(tokens=[], prompt_tokens=len(prompt), reused_prompt_tokens=reused)
+    if drafter is not None:
+        drafter.begin(prompt)
+    try:
+        while len(result.tokens) < max_new_tokens:
+            room = n_ctx - llm.n_tokens - 1  # positions left after the pending token
+            if room < 0:
+                result.stopped_by = "context"
+                break
+            want = min(num_draft_tokens, max_new_tokens - len(result.tokens) - 1, room)
+            t_draft = time.perf_counter()
+            draft: list[int] = []
+            if drafter is not None and want > 0:
+                draft = [int(t) for t in drafter.propose(want)][:want]
+            t_verify = time.perf_counter()
+            base = llm.n_tokens
+            logits = _eval_batch(llm, [pending, *draft], all_logits=bool(draft))
+            argmax = np.argmax(logits, axis=1)  # [1 + len(draft)] when drafting, else [1]
+            accepted = 0
+            while accepted < len(draft) and int(argmax[accepted]) == draft[accepted]:
+                accepted += 1
+            committed = [*draft[:accepted], int(argmax[accepted])]
+            # KV keeps the pending token and the accepted draft; the bonus is pending now.
+            _rollback(llm, base + 1 + accepted)
+            t_end = time.perf_counter()
+            stop = None
+            for i, token in enumerate(committed):
+                if token in eos:
+                    committed, stop = committed[: i + 1], "eos"
+                    break
+            if len(result.tokens) + len(committed) > max_new_tokens:
+                committed = committed[: max_new_tokens - len(result.tokens)]
+            result.tokens.extend(committed)
+            pending = committed[-1]
+            stats = StepStats(
+                drafted_tokens=len(draft),
+                accepted_tokens=accepted,
+                committed_tokens=len(committed),
+                evaluated_tokens=1 + len(draft),
+                draft_ms=(t_verify - t_draft) * 1000.0,
+                verify_ms=(t_end - t_verify) * 1000.0,
+            )
+            result.steps.append(stats)
+            if on_step is not None:
+                on_step(stats)
+            if drafter is not None:
+                drafter.accept(committed)
+            if stop is not None:
+                result.stopped_by = stop
+                break
+    finally:
+        if drafter is not None:
+            drafter.end()
+    result.prefill_ms = prefill_ms
+    result.total_ms = (time.perf_counter() - t0) * 1000.0
+    return result
+
+
+def time_verification_step(
+    llm: Llama, context_ids: Sequence[int], num_tokens: int, *, repeats: int = 3
+) -> float:
+    """Median wall time (ms) of one forward pass verifying `num_tokens` tokens after
+    `context_ids` (already evaluated once; the KV cache is rolled back after each pass)."""
+    if num_tokens < 1 or repeats < 1:
+        raise ValueError(f"num_tokens and repeats must be >= 1, got {num_tokens}, {repeats}")
+    pending, _ = prefill(llm, context_ids, reuse_prefix=True)
+    base = llm.n_tokens
+    filler = [int(t) for t in context_ids]  # the content barely matters for the time
+    batch = [pending] + [filler[i % len(filler)] for i in range(num_tokens - 1)]
+    times_ms = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        _eval_batch(llm, batch, all_logits=True)
+        times_ms.append((time.perf_counter() - t) * 1000.0)
+        _rollback(llm, base)
+    return float(np.median(times_ms))
