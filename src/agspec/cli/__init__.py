@@ -13,6 +13,7 @@ import sys
 
 # Module names under agspec.cli, in the order `agspec --help` lists them.
 _GROUPS = [
+    "profile_cmd",
     "index_cmd",
     "replay_cmd",
     "traces_cmd",
