@@ -3,9 +3,11 @@ crash or a hang. Also mutations of the hand-written fixtures, which reach deeper
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +63,44 @@ def test_json_shaped_text(text):
 def test_deep_json_nesting_is_a_format_error():
     for parse, _ in PARSERS:
         _run(parse, b"[" * 100_000)
+
+
+_START = b"[2024-01-01 10:00:00 INFO] A: **[Start Chat]**\n\n[s]\n\n"
+_ADVERSARIAL = [
+    # Inputs that make naive regexes quadratic or worse (each once took seconds).
+    (parse_chatdev, _START + b"p\n[2024-01-01 10:00:00 INFO] a: **" + b"<->" * 20000),
+    (parse_chatdev, _START + b"p\n[2024-01-01 10:00:00 INFO] a: **" + b"x<->y on : " * 5000),
+    (parse_chatdev, _START + b'Codes:\n"' + b"a." * 50000 + b"\n```\n"),
+]
+
+
+def _mini(command: str, observation: str) -> bytes:
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": f"```bash\n{command}\n```"},
+        {"role": "user", "content": observation},
+        {"role": "assistant", "content": "done"},
+    ]
+    return json.dumps({"trajectory_format": "mini-swe-agent-1", "messages": msgs}).encode()
+
+
+_ELIDED = "\n</output_head>\n<elided_chars></elided_chars>\n<output_tail>\n" * 2000
+_ADVERSARIAL += [
+    (
+        parse_mini_swe_agent,
+        _mini("cat a.py", "<returncode>0</returncode>\n<output_head>\n" + _ELIDED),
+    ),
+    (parse_mini_swe_agent, _mini(">" * 20000, "")),
+    (parse_mini_swe_agent, _mini("open(" * 20000, "")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_ADVERSARIAL)))
+def test_adversarial_inputs_are_fast(case):
+    parse, data = _ADVERSARIAL[case]
+    t0 = time.perf_counter()
+    try:
+        parse(data, "adversarial")
+    except TraceFormatError:
+        pass
+    assert time.perf_counter() - t0 < 1.0

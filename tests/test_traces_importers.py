@@ -160,6 +160,12 @@ def test_chatdev_calls_messages_and_duplicate_rule():
     assert sum(len(c.artifacts) for c in s.calls) == 1
 
 
+def test_session_emission_format():
+    assert import_swe_agent(SWE).emission_format == "line_edit"
+    assert import_mini_swe_agent(MINI).emission_format == "bash"
+    assert import_chatdev(CHATDEV).emission_format == "whole_file"
+
+
 def test_chatdev_keep_repeated_blocks_option():
     s = import_chatdev(CHATDEV, drop_repeated_blocks=False)
     assert len(s.calls) == 7

@@ -53,11 +53,12 @@ __all__ = ["import_chatdev", "parse_chatdev", "parse_codes"]
 SOURCE = "chatdev"
 _RECORD = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [A-Z]+\] ", re.M)
 _START = re.compile(r"([^\n:]+): \*\*\[Start Chat\]\*\*")
-_OUTPUT = re.compile(r"([^\n:]+): \*\*(([^\n]+?)<->([^\n]+?) on : (\w+), turn (\d+))\*\*")
+_PHASE_TURN = re.compile(r"(\w+), turn (\d+)")
 _MODEL = re.compile(r"^\| \*\*model_type\*\* \| ModelType\.(\w+) \|", re.M)
 _OLD_LAYOUT = re.compile(r"AI Assistant \([^)]*\) sys message:|PhaseType: PhaseType\.")
 _CODE_PHASES = frozenset({"Coding", "CodeComplete", "CodeReviewModification", "TestModification"})
-_CODES_FILE = re.compile(r"([^\s`\"]+\.[A-Za-z0-9_]+)[ \t]*\n```[^\n]*\n")
+# Bounded repeats: a huge dotted token must not make the match quadratic.
+_CODES_FILE = re.compile(r"([^\s`\"]{1,255}\.[A-Za-z0-9_]{1,32})[ \t]*\n```[^\n]{0,64}\n")
 
 
 @dataclass
@@ -128,12 +129,12 @@ def parse_chatdev(
             for path, code in parse_codes(body):
                 tracker.show_full(path, code)
             continue
-        mo = _OUTPUT.fullmatch(head.rstrip())
-        if mo is None:
+        parsed = _output_header(head.rstrip())
+        if parsed is None:
             if head.startswith("**[Task Prompt Self Improvement]**"):
                 num_unlogged += 1
             continue
-        speaker, header, a_name, b_name, phase = mo.group(1, 2, 3, 4, 5)
+        speaker, header, a_name, b_name, phase = parsed
         if chat is None:
             num_orphans += 1
             continue
@@ -200,6 +201,24 @@ def parse_chatdev(
         notes.extend(f"{name}: {f}" for f in found)
     task = stem(name, (".log",))
     return Session(f"{SOURCE}/{task}", SOURCE, model, task, calls)
+
+
+def _output_header(head: str) -> tuple[str, str, str, str, str] | None:
+    """`Speaker: **A<->B on : Phase, turn n**` -> (speaker, header, A, B, phase), else None.
+
+    Parsed by hand, not by one regex: a regex with two lazy groups is quadratic on
+    adversarial lines.
+    """
+    speaker, sep, rest = head.partition(": **")
+    if not sep or not speaker or ":" in speaker or not rest.endswith("**"):
+        return None
+    header = rest[:-2]
+    pair, sep, phase_turn = header.rpartition(" on : ")
+    a_name, sep2, b_name = pair.partition("<->")
+    m = _PHASE_TURN.fullmatch(phase_turn)
+    if not (sep and sep2 and a_name and b_name and m):
+        return None
+    return speaker, header, a_name, b_name, m.group(1)
 
 
 def _bracketed(rest: str) -> tuple[str | None, str]:

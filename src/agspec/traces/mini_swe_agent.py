@@ -38,7 +38,7 @@ __all__ = ["import_mini_swe_agent", "parse_mini_swe_agent"]
 
 SOURCE = "mini-swe-agent"
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
-_OBS = re.compile(r"<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*", re.S)
+_RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>\n")
 _CD = re.compile(r"cd\s+(\S+)\s*&&\s*(.*)", re.S)
 _PATH = r"""(?P<path>'[^']+'|"[^"]+"|[^\s|;&<>'"]+)"""
 _RANGE = r"""(?P<q>['"]?)(?P<a>\d+),(?P<b>\d+)p(?P=q)"""
@@ -50,11 +50,6 @@ _READS = [
     ("head", re.compile(rf"head\s+(?:-n\s*(?P<n>\d+)|-(?P<n2>\d+))\s+{_PATH}")),
 ]
 _NUMBERED_LINE = re.compile(r"\s*(\d+)\t(.*)")
-_OBS_ELIDED = re.compile(
-    r"<returncode>(-?\d+)</returncode>\n<warning>.*?</warning>\n?<output_head>\n(.*)\n</output_head>"
-    r"\n<elided_chars>.*?</elided_chars>\n<output_tail>\n(.*)\n</output_tail>\s*",
-    re.S,
-)
 
 
 def import_mini_swe_agent(path: str | os.PathLike[str]) -> Session:
@@ -127,17 +122,35 @@ def _model_name(doc: dict[str, Any]) -> str:
     return name if isinstance(name, str) and name else "unknown"
 
 
+def _split_observation(obs: str) -> tuple[str, str, str | None] | None:
+    """`(returncode, head, tail)` of an observation; `tail` is None when nothing was elided.
+
+    Parsed with `str.find`, not a regex with several `.*`: linear on any input.
+    """
+    m = _RETURNCODE.match(obs)
+    if m is None:
+        return None
+    rest = obs[m.end() :].rstrip()
+    if rest.startswith("<output>\n") and rest.endswith("</output>"):
+        return m.group(1), rest[len("<output>\n") : -len("</output>")], None
+    h0 = rest.find("<output_head>\n")
+    h1 = rest.find("\n</output_head>", h0)
+    t0 = rest.find("<output_tail>\n", h1)
+    if min(h0, h1, t0) < 0 or not rest.endswith("\n</output_tail>"):
+        return None
+    head = rest[h0 + len("<output_head>\n") : h1]
+    tail = rest[t0 + len("<output_tail>\n") : -len("\n</output_tail>")]
+    # Keep whole lines only: the cut ends the head and starts the tail mid-line.
+    head = head.rsplit("\n", 1)[0] + "\n" if "\n" in head else ""
+    tail = tail.split("\n", 1)[1] if "\n" in tail else ""
+    return m.group(1), head, tail
+
+
 def _feed(tracker: ArtifactTracker, command: str, observation: str) -> None:
-    obs = _OBS.fullmatch(observation)
-    if obs is not None:
-        rc, head, tail = obs.group(1), obs.group(2), None
-    else:
-        el = _OBS_ELIDED.fullmatch(observation)
-        if el is None:
-            return  # not an observation of a command that ran
-        # Keep whole lines only: the cut ends the head and starts the tail mid-line.
-        rc, head, tail = el.group(1), el.group(2).rsplit("\n", 1)[0] + "\n", el.group(3)
-        tail = tail.split("\n", 1)[1] if "\n" in tail else ""
+    parts = _split_observation(observation)
+    if parts is None:
+        return  # not an observation of a command that ran
+    rc, head, tail = parts
     if rc != "0":
         return
     cwd = ""

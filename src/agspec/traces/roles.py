@@ -49,9 +49,10 @@ _SWE_COMMANDS = {
 
 _SUBMIT = re.compile(r"(?m)^\s*(submit\s*$|echo\s+COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT)")
 _WRITE = re.compile(
-    r"\bsed\s+(-[a-zA-Z]*\s+)*-i|<<-?\s*['\"]?\w+['\"]?\s*>|>\s*\S+\s*<<|\bcat\s*>>?\s*\S"
-    r"|\btee\b|(^|[;&|(]\s*)(patch|mv|cp|touch|rm|mkdir)\b|\bgit\s+(apply|checkout\s+--)"
-    r"|\.write_text\(|open\([^)]*['\"][wa]['\"]",
+    # Every repeat is bounded by a character it cannot cross: linear time on any input.
+    r"\bsed\s+(-[a-zA-Z]*\s+)*-i|<<-?\s*['\"]?\w+['\"]?\s*>|>\s*[^\s<>]+\s*<<"
+    r"|\bcat\s*>>?\s*\S|\btee\b|(^|[;&|(]\s*)(patch|mv|cp|touch|rm|mkdir)\b"
+    r"|\bgit\s+(apply|checkout\s+--)|\.write_text\(|open\([^()]*['\"][wa]['\"]",
     re.M,
 )
 _EXEC_WORDS = frozenset(

@@ -193,6 +193,17 @@ class Session:
     calls: list[Call] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
 
+    @property
+    def emission_format(self) -> str:
+        """The scaffold's code-emission format: the first call format other than `none`.
+
+        This is what `DrafterServer.session(..., emission_format=...)` takes.
+        """
+        for c in self.calls:
+            if c.emission_format != EmissionFormat.NONE.value:
+                return c.emission_format
+        return EmissionFormat.NONE.value
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form. A call's messages that equal the previous call's first messages are
         written once: `reuse_messages: k` says "my first k messages are the previous call's
