@@ -248,13 +248,15 @@ def test_shipped_h200_profiles() -> None:
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
     reason="scripts/gpu_verify_profile.py needs torch and transformers (extra 'transformers')",
 )
-def test_gpu_profile_script_tiny_on_cpu(tmp_path: Path) -> None:
+def test_gpu_profile_script_tiny_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU script's --tiny mode runs on a CPU and writes profiles this module loads."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         import gpu_verify_profile as script
     finally:
         sys.path.pop(0)
+    # A smaller grid than --tiny's own, to keep the suite fast.
+    monkeypatch.setattr(script, "TINY_GRID", script.Grid((32, 64), (1, 2), (1, 2, 3), 0, 1))
     out = tmp_path / "tiny.json"
     assert script.main(["--tiny", "--device", "cpu", "--out", str(out)]) == 0
     raw = json.loads(out.read_text())

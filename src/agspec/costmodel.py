@@ -485,3 +485,51 @@ def get_cost_model(name: str, *, context_tokens: int = 4096, **overrides: Any) -
 def relative_costs(cost_model: CostModel, batch_size: int, n_values: Sequence[int]) -> list[float]:
     """`step_cost(n, B)` for each n (a convenience for tables)."""
     return [cost_model.step_cost(n, batch_size) for n in n_values]
+
+
+def _table(profile: str, roofline: str, n_values: Sequence[int]) -> str:
+    """Markdown: measured vs roofline relative costs and p* at each shipped context."""
+    shipped = _shipped_profiles().get(profile)
+    if not shipped:
+        raise ValueError(f"no shipped profile {profile!r}; known: {sorted(_shipped_profiles())}")
+    head = " | ".join(f"n={n}" for n in n_values)
+    lines = [
+        f"| context | B | source | n=1 ms | {head} | p* (n 1..16) |",
+        "|---|---|---|---|" + "---|" * len(n_values) + "---|",
+    ]
+    for ctx, _ in sorted(shipped):
+        measured = get_cost_model(profile, context_tokens=ctx)
+        analytic = get_cost_model(roofline, context_tokens=ctx)
+        batch_sizes = measured.batch_sizes if isinstance(measured, ProfileCostModel) else (1,)
+        for b in batch_sizes:
+            for label, m in (("measured", measured), ("roofline", analytic)):
+                costs = " | ".join(f"{m.step_cost(n, b):.2f}" for n in n_values)
+                lines.append(
+                    f"| {ctx} | {b} | {label} | {m.step_time_ms(1, b):.2f} | {costs} | "
+                    f"{break_even_accept_prob(m, b):.3f} |"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m agspec.costmodel table`: the docs/costmodel.md comparison table."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m agspec.costmodel")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="measured vs roofline relative costs and p*")
+    t.add_argument("--profile", default="h200-qwen2.5-7b-measured")
+    t.add_argument("--roofline", default="h200-qwen2.5-7b")
+    t.add_argument("--n", default="1,2,4,8,16,32")
+    sub.add_parser("list", help="preset names")
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        print("\n".join(list_cost_models()))
+        return 0
+    n_values = [int(x) for x in args.n.split(",")]
+    print(_table(args.profile, args.roofline, n_values))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
