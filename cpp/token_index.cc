@@ -118,6 +118,8 @@ void TokenIndex::reset_automaton() {
   first_pos_.clear();
   last_pos_.clear();
   edge_token_.clear();
+  in_tok_.clear();
+  in_tgt_.clear();
   pos_doc_.clear();
   pos_off_.clear();
   edges_.clear();
@@ -140,7 +142,29 @@ int32_t TokenIndex::new_state(int32_t len) {
   first_pos_.push_back(pos);
   last_pos_.push_back(pos);
   edge_head_.push_back(-1);
+  in_tok_.push_back(-1);
+  in_tgt_.push_back(-1);
   return id;
+}
+
+void TokenIndex::add_edge(int32_t s, Token t, int32_t target) {
+  if (in_tok_[s] == -1) {
+    in_tok_[s] = t;
+    in_tgt_[s] = target;
+    return;
+  }
+  edges_.insert(s, t, target);
+  edge_token_.push_back(t);
+  edge_next_.push_back(edge_head_[s]);
+  edge_head_[s] = static_cast<int32_t>(edge_token_.size() - 1);
+}
+
+void TokenIndex::set_edge(int32_t s, Token t, int32_t target) {
+  if (in_tok_[s] == t) {
+    in_tgt_[s] = target;
+  } else {
+    edges_.assign(s, t, target);
+  }
 }
 
 void TokenIndex::attach_front(int32_t child, int32_t parent) {
@@ -168,9 +192,12 @@ int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
   const int32_t cl = new_state(len);
   first_pos_[cl] = first_pos_[q];
   last_pos_[cl] = last_pos_[q];
+  in_tok_[cl] = in_tok_[q];
+  in_tgt_[cl] = in_tgt_[q];
   for (int32_t e = edge_head_[q]; e != -1; e = edge_next_[e]) {
     const Token t = edge_token_[e];
-    edges_.insert(cl, t, edges_.get(q, t));
+    const int32_t target = edges_.get(q, t);
+    edges_.insert(cl, t, target);
     edge_token_.push_back(t);
     edge_next_.push_back(edge_head_[cl]);
     edge_head_[cl] = static_cast<int32_t>(edge_token_.size() - 1);
@@ -197,16 +224,10 @@ int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
 // Generalized online suffix-automaton step: appends token c to the string whose state
 // is `last`; returns the state of the longer string.
 int32_t TokenIndex::sam_extend(int32_t last, Token c) {
-  auto add_edge = [this](int32_t s, Token t, int32_t target) {
-    edges_.insert(s, t, target);
-    edge_token_.push_back(t);
-    edge_next_.push_back(edge_head_[s]);
-    edge_head_[s] = static_cast<int32_t>(edge_token_.size() - 1);
-  };
   auto redirect = [this, c](int32_t p, int32_t from, int32_t to) {
-    for (; p != -1 && edges_.get(p, c) == from; p = link_[p]) edges_.assign(p, c, to);
+    for (; p != -1 && transition(p, c) == from; p = link_[p]) set_edge(p, c, to);
   };
-  int32_t q = edges_.get(last, c);
+  int32_t q = transition(last, c);
   if (q != -1) {  // the string already occurs (another document has it)
     if (len_[q] == len_[last] + 1) return q;
     const int32_t cl = clone_state(q, len_[last] + 1);
@@ -215,7 +236,7 @@ int32_t TokenIndex::sam_extend(int32_t last, Token c) {
   }
   const int32_t cur = new_state(len_[last] + 1);
   int32_t p = last;
-  while (p != -1 && edges_.get(p, c) == -1) {
+  while (p != -1 && transition(p, c) == -1) {
     add_edge(p, c, cur);
     p = link_[p];
   }
@@ -223,7 +244,7 @@ int32_t TokenIndex::sam_extend(int32_t last, Token c) {
     attach_front(cur, 0);
     return cur;
   }
-  q = edges_.get(p, c);
+  q = transition(p, c);
   if (len_[p] + 1 == len_[q]) {
     attach_front(cur, q);
     return cur;
@@ -338,7 +359,7 @@ size_t TokenIndex::num_bytes() const {
   b += (first_pos_.capacity() + last_pos_.capacity() + pos_doc_.capacity() +
         pos_off_.capacity()) *
        sizeof(uint32_t);
-  b += edge_token_.capacity() * sizeof(Token);
+  b += (edge_token_.capacity() + in_tok_.capacity() + in_tgt_.capacity()) * sizeof(int32_t);
   for (const auto& d : docs_) b += sizeof(Doc) + d.tokens.capacity() * sizeof(Token);
   b += doc_slot_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
   return b;
@@ -404,7 +425,7 @@ size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_le
 namespace {
 
 constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 struct Header {
@@ -503,6 +524,8 @@ void TokenIndex::save(const std::string& path) const {
   w.vec(first_pos_);
   w.vec(last_pos_);
   w.vec(edge_token_);
+  w.vec(in_tok_);
+  w.vec(in_tgt_);
   w.vec(pos_doc_);
   w.vec(pos_off_);
   w.pod<uint64_t>(edges_.size_);
@@ -597,6 +620,8 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   r.vec(&idx->first_pos_);
   r.vec(&idx->last_pos_);
   r.vec(&idx->edge_token_);
+  r.vec(&idx->in_tok_);
+  r.vec(&idx->in_tgt_);
   r.vec(&idx->pos_doc_);
   r.vec(&idx->pos_off_);
   idx->edges_.size_ = r.pod<uint64_t>();
@@ -613,7 +638,8 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
       idx->own_head_.size() != size_t(ns) || idx->edge_head_.size() != size_t(ns) ||
       idx->first_pos_.size() != size_t(ns) || idx->last_pos_.size() != size_t(ns) ||
       idx->pos_off_.size() != size_t(np) || idx->own_next_.size() != size_t(np) ||
-      idx->edge_next_.size() != size_t(ne)) {
+      idx->edge_next_.size() != size_t(ne) || idx->in_tok_.size() != size_t(ns) ||
+      idx->in_tgt_.size() != size_t(ns)) {
     throw FormatError("index file is corrupt: array sizes disagree");
   }
   const size_t cap = idx->edges_.keys_.size();
@@ -632,6 +658,8 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   check_range(idx->edge_head_, -1, ne, "edge");
   check_range(idx->edge_next_, -1, ne, "edge");
   check_range(idx->edges_.vals_, -1, ns, "transition");
+  check_range(idx->in_tgt_, -1, ns, "transition");
+  check_range(idx->in_tok_, -1, int64_t(std::numeric_limits<int32_t>::max()) + 1, "token");
   check_range(idx->first_pos_, 0, std::max<int64_t>(np, 1), "position");
   check_range(idx->last_pos_, 0, std::max<int64_t>(np, 1), "position");
   check_range(idx->pos_doc_, 0, int64_t(ndocs), "document");

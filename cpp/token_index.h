@@ -92,7 +92,10 @@ class TokenIndex {
   static std::shared_ptr<TokenIndex> load(const std::string& path);
 
   // --- used by MatchCursor -------------------------------------------------------
-  int32_t transition(int32_t state, Token t) const { return edges_.get(state, t); }
+  int32_t transition(int32_t state, Token t) const {
+    if (in_tok_[state] == t) return in_tgt_[state];
+    return edge_head_[state] == -1 ? -1 : edges_.get(state, t);
+  }
   int32_t state_len(int32_t s) const { return len_[s]; }
   int32_t state_link(int32_t s) const { return link_[s]; }
   uint64_t epoch() const { return epoch_; }
@@ -123,6 +126,8 @@ class TokenIndex {
   void attach_front(int32_t child, int32_t parent);
   void move_to_front(int32_t child);
   int32_t sam_extend(int32_t last, Token c);
+  void add_edge(int32_t s, Token t, int32_t target);
+  void set_edge(int32_t s, Token t, int32_t target);
   void insert_position(uint32_t doc, uint32_t offset);
   void reset_automaton();
   Doc& doc_for_write(int64_t doc_id);
@@ -143,8 +148,12 @@ class TokenIndex {
   //              own_next_ chains a state's owned positions, most recent first.
   std::vector<int32_t> len_, link_, first_child_, next_sib_, prev_sib_, own_head_;
   std::vector<uint32_t> first_pos_, last_pos_;
+  // Transitions. Most states have one: it is stored inline (in_tok_ = -1 when none).
+  // The others go to the hash table, and are chained per state for cloning:
+  // edge_head_[s] -> edge_next_ -> ... (edge_token_ holds their tokens).
+  std::vector<Token> in_tok_;
+  std::vector<int32_t> in_tgt_;
   EdgeTable edges_;
-  // Outgoing tokens of each state, for cloning: edge_head_[s] -> edge_next_ chain.
   std::vector<int32_t> edge_head_, edge_next_;
   std::vector<Token> edge_token_;
 
