@@ -541,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         args.query_tokens = min(args.query_tokens, 30_000)
         args.drafts = min(args.drafts, 5_000)
 
+    loadavg_at_start = os.getloadavg()
     t0 = time.perf_counter()
     streams = load_streams(args.traces)
     tokenize_s = time.perf_counter() - t0
@@ -602,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
                 "platform": platform.platform(),
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
-                "loadavg_at_start": os.getloadavg(),
+                "loadavg_at_start": loadavg_at_start,
+                "loadavg_at_end": os.getloadavg(),
             },
             "data": {
                 "trace_files": len(streams),
