@@ -78,6 +78,12 @@ NB_MODULE(_native, m) {
           },
           nb::arg("doc_id"), nb::arg("tokens"))
       .def(
+          "extend_list",
+          [](IndexHandle& self, int64_t doc_id, const std::vector<int32_t>& tokens) {
+            self.get().extend(doc_id, tokens.data(), tokens.size());
+          },
+          nb::arg("doc_id"), nb::arg("tokens"))
+      .def(
           "remove",
           [](IndexHandle& self, int64_t doc_id) {
             TokenIndex& idx = self.get();
@@ -118,6 +124,12 @@ NB_MODULE(_native, m) {
       .def(
           "extend",
           [](MatchCursor& c, TokenArray tokens) { c.extend(tokens.data(), tokens.shape(0)); },
+          nb::arg("tokens"))
+      .def(
+          "extend_list",
+          [](MatchCursor& c, const std::vector<int32_t>& tokens) {
+            c.extend(tokens.data(), tokens.size());
+          },
           nb::arg("tokens"))
       .def("extend_one",
            [](MatchCursor& c, int64_t token) {

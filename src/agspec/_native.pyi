@@ -2,6 +2,7 @@
 AgSpec native token index (C++). Use agspec.token_index, not this module.
 """
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import numpy
@@ -21,6 +22,8 @@ class TokenIndex:
     def load(path: str) -> TokenIndex: ...
 
     def extend(self, doc_id: int, tokens: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+    def extend_list(self, doc_id: int, tokens: Sequence[int]) -> None: ...
 
     def remove(self, doc_id: int) -> None: ...
 
@@ -53,6 +56,8 @@ class TokenIndex:
 
 class MatchCursor:
     def extend(self, tokens: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+    def extend_list(self, tokens: Sequence[int]) -> None: ...
 
     def extend_one(self, token: int) -> None: ...
 

@@ -341,27 +341,36 @@ class AgSpecCall:
     def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
         if not self._begun or self._ended:
             raise RuntimeError("accept() needs begin() first and no end()")
-        committed = as_tokens(committed_ids, what="committed_ids")
-        n = int(committed.size)
+        committed = (
+            committed_ids
+            if isinstance(committed_ids, list)
+            else as_tokens(committed_ids, what="committed_ids").tolist()
+        )
+        n = len(committed)
         draft = self._draft
         if n == 0:
             raise ValueError("committed_ids is empty: a step commits at least one token")
-        if n > len(draft) + 1 or list(committed[: n - 1]) != draft[: n - 1]:
+        if n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]:
             raise ValueError(
-                f"committed_ids {committed.tolist()[:8]} are not a prefix of the draft "
+                f"committed_ids {committed[:8]} are not a prefix of the draft "
                 f"{draft[:8]} plus one token: these tokens were never proposed"
             )
+        last = committed[-1]  # the only token not checked against the draft
+        if isinstance(last, bool) or not isinstance(last, (int, np.integer)):
+            raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
+        if not 0 <= last < 2**31:
+            raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
         if self._decision is not None and draft:
-            accepted = accept_length(draft, committed.tolist())
+            accepted = accept_length(draft, committed)
             self.session.server.lengths.observe(self.agent, self._decision, accepted)
         self._draft, self._decision = [], None
-        # committed was checked above: feed the native objects directly (hot path).
+        # Checked above: hand the list to the native objects directly (hot path).
         for cur in self._cursors.values():
-            cur._native.extend(committed)
+            cur._native.extend_list(committed)
         if "session" in self._cursors:
-            self.session.session_corpus.index._native.extend(self._doc_id, committed)
+            self.session.session_corpus.index._native.extend_list(self._doc_id, committed)
         if self._request is not None:
-            self._request._native.extend(0, committed)
+            self._request._native.extend_list(0, committed)
 
     def end(self) -> None:
         self._ended = True
