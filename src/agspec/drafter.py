@@ -305,7 +305,7 @@ class AgSpecCall:
             return []
         server = self.session.server
         cfg = server.config
-        lengths = {k: c._native.match_length() for k, c in self._cursors.items()}
+        lengths = {k: c.match_length for k, c in self._cursors.items()}
         if "request" in lengths:
             source: Source | None = "request" if lengths["request"] > 0 else None
         else:
@@ -366,11 +366,11 @@ class AgSpecCall:
         self._draft, self._decision = [], None
         # Checked above: hand the list to the native objects directly (hot path).
         for cur in self._cursors.values():
-            cur._native.extend_list(committed)
+            cur.extend_list(committed)
         if "session" in self._cursors:
-            self.session.session_corpus.index._native.extend_list(self._doc_id, committed)
+            self.session.session_corpus.index.extend_list(self._doc_id, committed)
         if self._request is not None:
-            self._request._native.extend_list(0, committed)
+            self._request.extend_list(0, committed)
 
     def end(self) -> None:
         self._ended = True

@@ -104,6 +104,10 @@ class TokenIndex:
         """Appends tokens to document `doc_id`, creating it on first use."""
         self._native.extend(_check_doc_id(doc_id), as_tokens(tokens))
 
+    def extend_list(self, doc_id: int, tokens: list[int]) -> None:
+        """Fast path for a short list of already-checked ids (no numpy round trip)."""
+        self._native.extend_list(doc_id, tokens)
+
     def remove(self, doc_id: int) -> None:
         """Drops a document (rebuilds the index: O(total tokens))."""
         self._native.remove(_check_doc_id(doc_id))
@@ -199,6 +203,10 @@ class MatchCursor:
 
     def extend_one(self, token: int) -> None:
         self._native.extend_one(int(token))
+
+    def extend_list(self, tokens: list[int]) -> None:
+        """Fast path for a short list of already-checked ids (raises TypeError otherwise)."""
+        self._native.extend_list(tokens)
 
     @property
     def match_length(self) -> int:
