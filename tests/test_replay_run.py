@@ -123,3 +123,12 @@ def test_baseline_through_registry_matches_hand_count(tmp_path: Path) -> None:
     )
     e = entries[0]
     assert (e["num_steps"], e["num_accepted_tokens"]) == (2, 3)
+
+
+def test_parallel_jobs_give_the_same_counts(tmp_path: Path) -> None:
+    config = RunConfig(drafters=("ar", "oracle"), batch_sizes=(1, 2), oracle_cap_tokens=8)
+    kwargs = dict(tokenizer=None, cost_model_for=lambda ctx: Flat(), progress=False)
+    serial = run_replay(_sessions(), config, tmp_path / "serial", **kwargs)
+    parallel = run_replay(_sessions(), config, tmp_path / "parallel", jobs=2, **kwargs)
+    keys = ("source", "drafter", "batch_size", "num_steps", "num_accepted_tokens", "speedup")
+    assert [[e[k] for k in keys] for e in serial] == [[e[k] for k in keys] for e in parallel]

@@ -81,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="absolute time of one decode step (default: the cost model's)",
     )
+    replay.add_argument(
+        "--jobs", type=int, default=1, help="replays run in parallel processes (default 1)"
+    )
     replay.add_argument("--no-steps", action="store_true", help="do not write per-step records")
     replay.add_argument("--no-plots", action="store_true", help="do not write plots")
     replay.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -132,7 +135,12 @@ def _replay(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     entries = run_replay(
-        sessions, config, args.out, tokenizer=tokenizer, progress=not args.no_progress
+        sessions,
+        config,
+        args.out,
+        tokenizer=tokenizer,
+        progress=not args.no_progress,
+        jobs=args.jobs,
     )
     print(f"split: {config.split_description()}")
     print(format_table(entries))

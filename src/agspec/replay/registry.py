@@ -127,7 +127,16 @@ def make_server(
 
 
 def _load_agspec_entries() -> None:
-    """AgSpec variants register themselves from `agspec.drafter.REPLAY_DRAFTERS` if present."""
+    """Add every baseline family `agspec.baselines.registry` knows (e.g. `suffix-64-local`)
+    and the AgSpec variants of `agspec.drafter.REPLAY_DRAFTERS`, when present."""
+    try:
+        baselines = importlib.import_module("agspec.baselines.registry")
+    except ModuleNotFoundError as exc:
+        if exc.name != "agspec.baselines.registry":
+            raise
+    else:
+        for name in getattr(baselines, "FAMILY_NAMES", ()):
+            DRAFTERS.setdefault(name, _baseline(name))
     try:
         module = importlib.import_module("agspec.drafter")
     except ModuleNotFoundError as exc:

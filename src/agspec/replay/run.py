@@ -287,12 +287,14 @@ def run_replay(
     tokenizer: Any,
     cost_model_for: Callable[[int], Any] | None = None,
     progress: bool = True,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """Replay every source x drafter x batch size; write the run folder; return summaries.
 
     `cost_model_for(context_tokens)` gives the cost model of one source (default:
     `resolve_cost_model(config.cost_model, ...)`); `context_tokens` is the source's mean
-    prompt length.
+    prompt length. `jobs > 1` runs the replays in that many forked processes (drafting
+    times then share the CPU: compare them only within one run).
     """
     if not sessions:
         raise ValueError("no sessions to replay")
@@ -307,7 +309,7 @@ def run_replay(
     for s in sessions:
         by_source[s.source].append(s)
     sources_info = {}
-    entries: list[dict[str, Any]] = []
+    cost_models: dict[str, tuple[Any, float]] = {}
     for source, group in by_source.items():
         num_calls = sum(len(s.calls) for s in group)
         context_tokens = int(
@@ -315,6 +317,7 @@ def run_replay(
         )
         cost_model = cost_model_for(context_tokens)
         step_ms = decode_step_ms_of(cost_model, config.decode_step_ms)
+        cost_models[source] = (cost_model, step_ms)
         sources_info[source] = {
             "num_sessions": len(group),
             "num_calls": num_calls,
@@ -325,45 +328,99 @@ def run_replay(
             "decode_step_ms": step_ms,
             "absolute_cost_model": callable(getattr(cost_model, "step_time_ms", None)),
         }
-        for name in config.drafters:
-            for batch_size in config.batch_sizes:
-                servers = make_servers(
-                    name,
-                    group,
-                    config,
-                    tokenizer=tokenizer,
-                    cost_model=cost_model,
-                    batch_size=batch_size,
-                )
-                pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
-                t0 = time.perf_counter()
-                result = _replay_with_progress(
-                    pairs,
-                    config,
-                    batch_size=batch_size,
-                    cost_model=cost_model,
-                    decode_step_ms=step_ms,
-                    label=f"{source} {name} B={batch_size}",
-                    progress=progress,
-                )
-                wall_s = time.perf_counter() - t0
-                entry = _entry(source, name, result, config, wall_s)
-                if config.write_steps:
-                    stem = out / "steps" / f"{_safe(source)}__{_safe(name)}__b{batch_size}"
-                    path = write_steps(
-                        result.recorder,
-                        stem,
-                        extra={"source": source, "drafter": name, "batch_size": batch_size},
-                    )
-                    entry["steps_file"] = str(path.relative_to(out))
-                entries.append(entry)
-                _write_json(out / "summary.json", {"entries": entries})
     config_json = asdict(config)
     config_json["split"] = config.split_description()
+    config_json["jobs"] = jobs
     config_json["sources"] = sources_info
     _write_json(out / "config.json", config_json)
+
+    tasks = [
+        (source, name, batch_size)
+        for source in by_source
+        for name in config.drafters
+        for batch_size in config.batch_sizes
+    ]
+    _STATE.clear()
+    _STATE.update(
+        by_source=by_source, config=config, tokenizer=tokenizer, cost_models=cost_models, out=out
+    )
+    entries: list[dict[str, Any]] = []
+    try:
+        if jobs <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                entries.append(_run_task(task, progress=progress))
+                _write_json(out / "summary.json", {"entries": entries})
+        else:
+            import multiprocessing
+
+            # fork: workers inherit the tokenized sessions instead of pickling them.
+            ctx = multiprocessing.get_context("fork")
+            bar = None
+            if progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(tasks), desc="replays", unit="replay")
+            with ctx.Pool(jobs) as pool:
+                for entry in pool.imap_unordered(_run_task_quiet, tasks):
+                    entries.append(entry)
+                    _write_json(out / "summary.json", {"entries": entries})
+                    if bar is not None:
+                        bar.update(1)
+            if bar is not None:
+                bar.close()
+            order = {task: i for i, task in enumerate(tasks)}
+            entries.sort(key=lambda e: order[(e["source"], e["drafter"], e["batch_size"])])
+    finally:
+        _STATE.clear()
     _write_json(out / "summary.json", {"split": config.split_description(), "entries": entries})
     return entries
+
+
+# What worker processes inherit (fork): sessions by source, config, cost models, out dir.
+_STATE: dict[str, Any] = {}
+
+
+def _run_task_quiet(task: tuple[str, str, int]) -> dict[str, Any]:
+    return _run_task(task, progress=False)
+
+
+def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
+    """Replay one (source, drafter, batch size) and write its step records."""
+    source, name, batch_size = task
+    config: RunConfig = _STATE["config"]
+    group = _STATE["by_source"][source]
+    cost_model, step_ms = _STATE["cost_models"][source]
+    out: Path = _STATE["out"]
+    servers = make_servers(
+        name,
+        group,
+        config,
+        tokenizer=_STATE["tokenizer"],
+        cost_model=cost_model,
+        batch_size=batch_size,
+    )
+    pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
+    t0 = time.perf_counter()
+    result = _replay_with_progress(
+        pairs,
+        config,
+        batch_size=batch_size,
+        cost_model=cost_model,
+        decode_step_ms=step_ms,
+        label=f"{source} {name} B={batch_size}",
+        progress=progress,
+    )
+    wall_s = time.perf_counter() - t0
+    entry = _entry(source, name, result, config, wall_s)
+    if config.write_steps:
+        stem = out / "steps" / f"{_safe(source)}__{_safe(name)}__b{batch_size}"
+        path = write_steps(
+            result.recorder,
+            stem,
+            extra={"source": source, "drafter": name, "batch_size": batch_size},
+        )
+        entry["steps_file"] = str(path.relative_to(out))
+    return entry
 
 
 def _replay_with_progress(
