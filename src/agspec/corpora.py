@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from agspec.emission import emission_forms
 from agspec.token_index import MatchCursor, TokenIndex, as_tokens
+
+# Makes an empty index. The native `TokenIndex` by default; any object with the same
+# `extend / extend_list / match / num_tokens` interface works (see docs/design.md,
+# "Retrieval engines"), e.g. `agspec.engines.arctic.SuffixTreeIndex`.
+IndexFactory = Callable[[], Any]
 
 
 def split_messages(tokens: np.ndarray, separator_id: int | None) -> list[np.ndarray]:
@@ -41,8 +47,10 @@ class SessionCorpus:
     split at `separator_id`), then the tokens it generates as they are accepted.
     """
 
-    def __init__(self, *, separator_id: int | None) -> None:
-        self.index = TokenIndex()
+    def __init__(
+        self, *, separator_id: int | None, index_factory: IndexFactory = TokenIndex
+    ) -> None:
+        self.index = index_factory()
         self.separator_id = separator_id
         self._seen: set[bytes] = set()
 
@@ -78,9 +86,10 @@ class WorkspaceCorpus:
         emission_format: str,
         *,
         with_emission_forms: bool = True,
+        index_factory: IndexFactory = TokenIndex,
     ) -> None:
         emission_forms("", emission_format)  # validates the format name up front
-        self.index = TokenIndex()
+        self.index = index_factory()
         self._encode = encode
         self.emission_format = emission_format
         self.with_emission_forms = with_emission_forms
@@ -157,12 +166,14 @@ def _new_runs(lines: list[str], known: set[str]) -> list[str]:
 class GlobalCorpus:
     """Static reference text, built offline, read-only while serving."""
 
-    def __init__(self, index: TokenIndex) -> None:
+    def __init__(self, index: Any) -> None:
         self.index = index
 
     @classmethod
-    def build(cls, docs: Iterable[Sequence[int] | np.ndarray]) -> GlobalCorpus:
-        index = TokenIndex()
+    def build(
+        cls, docs: Iterable[Sequence[int] | np.ndarray], index_factory: IndexFactory = TokenIndex
+    ) -> GlobalCorpus:
+        index = index_factory()
         for i, doc in enumerate(docs):
             if len(doc):
                 index.extend(i, doc)

@@ -40,7 +40,7 @@ from agspec.policy.length import (
     ProfiledCap,
 )
 from agspec.protocol import accept_length
-from agspec.token_index import ContinuationRule, MatchCursor, TokenIndex, as_tokens
+from agspec.token_index import ContinuationRule, TokenIndex, as_tokens
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,9 @@ class AgSpecConfig:
     scale_min: float = 0.05
     scale_max: float = 4.0
     break_even_prob: float = 0.5  # p*, overridden by the cost model when one is given
+    # Retrieval engine: "native" (agspec.token_index) or "suffix-tree" (arctic-inference's
+    # SuffixDecoding tree, agspec.engines.arctic; needs the `suffix` extra).
+    engine: str = "native"
     session_ttl_s: float = 3600.0
     live_token_budget: int = 50_000_000
 
@@ -89,6 +92,25 @@ class AgSpecConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.break_even_prob < 1.0:
             raise ValueError("break_even_prob must be in (0, 1)")
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; one of {sorted(ENGINES)}")
+
+
+def _native_index() -> Any:
+    return TokenIndex()
+
+
+def _suffix_tree_index() -> Any:
+    from agspec.engines.arctic import SuffixTreeIndex
+
+    return SuffixTreeIndex()
+
+
+# Retrieval engines by name: a factory of empty indexes.
+ENGINES: dict[str, Callable[[], Any]] = {
+    "native": _native_index,
+    "suffix-tree": _suffix_tree_index,
+}
 
 
 # The ablation ladder of the replay lab, by name.
@@ -103,6 +125,7 @@ VARIANTS: dict[str, AgSpecConfig] = {
     "agspec-static": AgSpecConfig(length_mode="static"),
     "agspec-match": AgSpecConfig(length_mode="match"),
     "agspec-cap": AgSpecConfig(length_mode="cap"),
+    "agspec-on-suffix-tree": AgSpecConfig(engine="suffix-tree"),
 }
 
 
@@ -217,9 +240,13 @@ class AgSpecSession:
         cfg = server.config
         self.server = server
         self.session_id = session_id
-        self.session_corpus = SessionCorpus(separator_id=server.separator_id)
+        factory = ENGINES[cfg.engine]
+        self.session_corpus = SessionCorpus(separator_id=server.separator_id, index_factory=factory)
         self.workspace = WorkspaceCorpus(
-            server.tokenizer.encode, emission_format, with_emission_forms=cfg.use_emission_forms
+            server.tokenizer.encode,
+            emission_format,
+            with_emission_forms=cfg.use_emission_forms,
+            index_factory=factory,
         )
         self.last_used = 0.0
         self.closed = False
@@ -259,8 +286,8 @@ class AgSpecCall:
         self.session = session
         self.agent, self.role, self.turn = agent, role, turn
         self._doc_id = doc_id
-        self._cursors: dict[Source, MatchCursor] = {}
-        self._request: TokenIndex | None = None
+        self._cursors: dict[Source, Any] = {}  # MatchCursor or an engine's cursor
+        self._request: Any = None
         self._draft: list[int] = []
         self._decision: LengthDecision | None = None
         self._begun = False
@@ -289,7 +316,7 @@ class AgSpecCall:
         if g is not None:
             self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
         if cfg.use_request:
-            self._request = TokenIndex()
+            self._request = ENGINES[cfg.engine]()
             self._request.extend(0, prompt)
             self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
         self._begun = True
@@ -318,8 +345,11 @@ class AgSpecCall:
         if source is None:
             return []
         m = lengths[source]
+        cursor = self._cursors[source]
+        # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
+        engine_max = getattr(cursor, "engine_max_tokens", None)
         want = server.lengths.draft_length(
-            self.agent, match_tokens=m, available_tokens=max_tokens
+            self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
         ).draft_tokens
         rule: ContinuationRule = {
             "request": cfg.session_rule,
@@ -327,7 +357,7 @@ class AgSpecCall:
             "workspace": cfg.workspace_rule,
             "global": cfg.global_rule,
         }[source]
-        draft = self._cursors[source].continuation(want, rule, max_occurrences=cfg.max_occurrences)
+        draft = cursor.continuation(want, rule, max_occurrences=cfg.max_occurrences)
         cap = server.lengths.caps.cap_for(
             self.agent, model=server.lengths.model, batch_size=server.lengths.batch_size
         )
@@ -396,7 +426,11 @@ def replay_factory(
     def factory(
         global_docs: Sequence[Sequence[int]], tokenizer: Any, cost_model: Any, batch_size: int
     ) -> AgSpecServer:
-        g = GlobalCorpus.build(global_docs) if config.use_global and global_docs else None
+        g = (
+            GlobalCorpus.build(global_docs, ENGINES[config.engine])
+            if config.use_global and global_docs
+            else None
+        )
         p_star = _break_even(cost_model, batch_size)
         cfg = config if p_star is None else replace(config, break_even_prob=p_star)
         return AgSpecServer(
