@@ -89,7 +89,7 @@ def test_run_folder_summary_and_report(tmp_path: Path) -> None:
     from agspec.replay.plots import write_plots
 
     paths = write_plots(loaded, tmp_path / "plots", ladder=["ar", "oracle"])
-    assert {p.name for p in paths} == {"accept_by_turn.png", "speedup.png", "ablation.png"}
+    assert {p.name for p in paths} == {"accept_by_turn.png", "speedup.png", "ablation-custom.png"}
     assert all(p.stat().st_size > 1000 for p in paths)
 
 

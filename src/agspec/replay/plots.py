@@ -3,8 +3,10 @@
 - `accept_by_turn.png`: mean accept length per agent across turns, one panel per source
   and drafter chosen (default: every drafter at the smallest batch size);
 - `speedup.png`: modelled speedup over AR by drafter, one bar group per source and batch;
-- `ablation.png`: the ablation ladder, the drafters in the order given (e.g. AgSpec's
-  session-only, + workspace, ... variants), speedup per batch size.
+- `ablation-<ladder>.png`: an ablation ladder, its drafters in order, speedup per source
+  and batch size. Default ladders (`LADDERS`): the corpora (request only, + session,
+  + workspace, + emission forms, + global = full AgSpec) and the draft length (static,
+  match-scaled, + profiled cap, + online scale = full AgSpec). `--ladder` adds one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,17 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+LADDERS: dict[str, tuple[str, ...]] = {
+    "corpora": (
+        "agspec-request-only",
+        "agspec-session",
+        "agspec-session+workspace",
+        "agspec-session+workspace+forms",
+        "agspec",
+    ),
+    "length": ("agspec-static", "agspec-match", "agspec-cap", "agspec"),
+}
 
 
 def _pyplot() -> Any:
@@ -114,8 +127,8 @@ def write_plots(
     *,
     ladder: Sequence[str] | None = None,
 ) -> list[Path]:
-    """Write every plot into `out_dir`; the ablation ladder only when `ladder` names drafters
-    present in the entries."""
+    """Write every plot into `out_dir`; a ladder is drawn when two or more of its drafters
+    are in the entries (`ladder`, if given, is drawn as `ablation-custom.png`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not entries:
@@ -125,9 +138,18 @@ def write_plots(
         plot_speedup(entries, out / "speedup.png"),
     ]
     present = {e["drafter"] for e in entries}
-    steps = [name for name in (ladder or ()) if name in present]
-    if len(steps) >= 2:
-        paths.append(
-            plot_speedup(entries, out / "ablation.png", drafters=steps, title="ablation ladder")
-        )
+    ladders = dict(LADDERS)
+    if ladder:
+        ladders["custom"] = tuple(ladder)
+    for key, names in ladders.items():
+        steps = [name for name in names if name in present]
+        if len(steps) >= 2:
+            paths.append(
+                plot_speedup(
+                    entries,
+                    out / f"ablation-{key}.png",
+                    drafters=steps,
+                    title=f"ablation ladder ({key}): " + " -> ".join(steps),
+                )
+            )
     return paths
