@@ -518,6 +518,28 @@ def print_table(results: list[dict[str, Any]]) -> None:
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def git_state() -> str:
+    """`<commit>` of the checkout, `+dirty` when cpp/ or src/ differ from it."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "cpp", "src/agspec"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100k indexed tokens only (smoke run)")
@@ -599,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         report = {
             "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+            "git": git_state(),
             "machine": {
                 "platform": platform.platform(),
                 "python": platform.python_version(),
