@@ -530,7 +530,7 @@ def git_state() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "cpp", "src/agspec"],
+            ["git", "-C", str(REPO), "status", "--porcelain", "-uno", "--", "cpp", "src/agspec"],
             capture_output=True,
             text=True,
             check=True,
