@@ -597,6 +597,12 @@ def main(argv: list[str] | None = None) -> int:
         args.query_tokens = min(args.query_tokens, 30_000)
         args.drafts = min(args.drafts, 5_000)
 
+    if not args.no_suffix:
+        try:
+            import arctic_inference.suffix_decoding._C  # noqa: F401
+        except ImportError as exc:
+            print(f"# SuffixTree side skipped: arctic-inference 0.3.0 not importable ({exc})")
+            args.no_suffix = True
     loadavg_at_start = os.getloadavg()
     t0 = time.perf_counter()
     streams = load_streams(args.traces)
