@@ -1,0 +1,5 @@
+"""Errors of the bank package."""
+
+
+class InsufficientFunds(Exception):
+    pass
