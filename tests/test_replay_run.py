@@ -132,3 +132,20 @@ def test_parallel_jobs_give_the_same_counts(tmp_path: Path) -> None:
     parallel = run_replay(_sessions(), config, tmp_path / "parallel", jobs=2, **kwargs)
     keys = ("source", "drafter", "batch_size", "num_steps", "num_accepted_tokens", "speedup")
     assert [[e[k] for k in keys] for e in serial] == [[e[k] for k in keys] for e in parallel]
+
+
+def test_markdown_report_has_one_table_per_source(tmp_path: Path) -> None:
+    from agspec.replay.report import format_markdown
+
+    config = RunConfig(drafters=("ar", "oracle"), batch_sizes=(1, 2), oracle_cap_tokens=8)
+    entries = run_replay(
+        _sessions(),
+        config,
+        tmp_path,
+        tokenizer=None,
+        cost_model_for=lambda ctx: Flat(),
+        progress=False,
+    )
+    text = format_markdown(entries)
+    assert text.count("| drafter |") == 2 and "**src1**" in text and "**src2**" in text
+    assert "| oracle | 4.50 | 4.00 | 4.50x | " in text  # src1: 9 tokens, 2 steps, 8 accepted

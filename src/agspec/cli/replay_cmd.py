@@ -99,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ladder", nargs="*", default=None, help="drafters of the ablation ladder plot, in order"
     )
     report.add_argument("--agents", action="store_true", help="also print accept length per agent")
+    report.add_argument("--markdown", action="store_true", help="markdown tables, one per source")
     report.set_defaults(func=_report)
 
 
@@ -153,10 +154,15 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from agspec.replay.report import format_agent_table, format_table, load_entries
+    from agspec.replay.report import (
+        format_agent_table,
+        format_markdown,
+        format_table,
+        load_entries,
+    )
 
     entries = load_entries(args.runs)
-    print(format_table(entries))
+    print(format_markdown(entries) if args.markdown else format_table(entries))
     if args.agents:
         for b in sorted({e["batch_size"] for e in entries}):
             print()

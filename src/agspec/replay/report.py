@@ -93,3 +93,45 @@ def format_agent_table(entries: Sequence[dict[str, Any]], *, batch_size: int = 1
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
     )
+
+
+def format_markdown(entries: Sequence[dict[str, Any]]) -> str:
+    """Markdown tables, one per source: rows drafters, columns per batch size.
+
+    Example row: `| pld-hf | 2.84x | 1.84 | 2.80x | 3.37x | ... |`.
+    """
+    if not entries:
+        return "(no entries)"
+    batch_sizes = sorted({e["batch_size"] for e in entries})
+    out: list[str] = []
+    for source in dict.fromkeys(e["source"] for e in entries):
+        rows: dict[str, dict[int, dict[str, Any]]] = {}
+        for e in entries:
+            if e["source"] == source:
+                rows.setdefault(e["drafter"], {})[e["batch_size"]] = e
+        header = ["drafter", "tok/step", "accept"]
+        for b in batch_sizes:
+            header += [f"B={b} speedup", f"B={b} w/ drafting"]
+        header.append("draft us/tok")
+        out.append(f"**{source}**")
+        out.append("")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for drafter, by_b in rows.items():
+            first = by_b[min(by_b)]
+            cells = [
+                drafter,
+                f"{first['tokens_per_step']:.2f}",
+                f"{first['mean_accept_length']:.2f}",
+            ]
+            for b in batch_sizes:
+                at_b = by_b.get(b)
+                cells += (
+                    [f"{at_b['speedup']:.2f}x", f"{at_b['speedup_with_drafting']:.2f}x"]
+                    if at_b
+                    else ["-", "-"]
+                )
+            cells.append(f"{first['draft_us_per_token']:.0f}")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
