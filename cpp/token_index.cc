@@ -792,6 +792,7 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
   if (len_ == 0 || max_tokens == 0) return {};
   if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);
   if (rule == 2) return idx->tokens_after(idx->recent_positions(state_, 1)[0], max_tokens);
+  if (rule == 3) return vote(*idx, max_tokens, max_occurrences);
   if (rule != 0) throw ArgumentError("unknown continuation rule");
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
   // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
@@ -820,6 +821,50 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
     if (gr.count > best->count) best = &gr;  // strict: earlier (more recent) wins ties
   }
   return idx->tokens_after(positions[best->first], max_tokens);
+}
+
+std::vector<Token> MatchCursor::vote(const TokenIndex& idx, size_t max_tokens,
+                                     size_t max_occurrences) const {
+  // Token by token, the most frequent next token among the occurrences that agree
+  // with the draft so far (ties: the most recent occurrence's token), as long as it
+  // is backed by at least a tenth of the occurrences it started from.
+  const auto positions = idx.recent_positions(state_, std::max<size_t>(1, max_occurrences));
+  std::vector<std::vector<Token>> conts;
+  conts.reserve(positions.size());
+  for (uint32_t g : positions) conts.push_back(idx.tokens_after(g, max_tokens));
+  std::vector<size_t> alive(conts.size());
+  for (size_t i = 0; i < alive.size(); ++i) alive[i] = i;
+  const size_t min_support = std::max<size_t>(1, (conts.size() + 9) / 10);
+  std::vector<Token> out;
+  std::vector<std::pair<Token, size_t>> counts;
+  for (size_t j = 0; j < max_tokens; ++j) {
+    counts.clear();
+    for (size_t i : alive) {
+      if (conts[i].size() <= j) continue;
+      const Token t = conts[i][j];
+      auto it = std::find_if(counts.begin(), counts.end(),
+                             [t](const std::pair<Token, size_t>& c) { return c.first == t; });
+      if (it == counts.end()) {
+        counts.emplace_back(t, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    if (counts.empty()) break;
+    // counts is in recency order of first appearance: strict > keeps ties on the recent.
+    auto best = counts.begin();
+    for (auto it = counts.begin(); it != counts.end(); ++it) {
+      if (it->second > best->second) best = it;
+    }
+    if (best->second < min_support) break;
+    out.push_back(best->first);
+    std::vector<size_t> next;
+    for (size_t i : alive) {
+      if (conts[i].size() > j && conts[i][j] == best->first) next.push_back(i);
+    }
+    alive.swap(next);
+  }
+  return out;
 }
 
 }  // namespace agspec

@@ -178,7 +178,8 @@ class MatchCursor {
   std::vector<Occurrence> occurrences(size_t max_count);
   // rule 0: most frequent group of next-3 tokens among the max_occurrences most recent
   // occurrences, ties to the most recent; rule 1: the earliest occurrence; rule 2: the
-  // most recent occurrence.
+  // most recent occurrence; rule 3: token-by-token majority vote among the occurrences
+  // that agree with the draft so far.
   std::vector<Token> continuation(size_t max_tokens, int rule, size_t max_occurrences);
   size_t num_fed() const { return num_fed_; }
   int32_t max_match() const { return max_match_; }
@@ -189,6 +190,7 @@ class MatchCursor {
   void step(const TokenIndex& idx, Token c);
   void rematch(const TokenIndex& idx, size_t length);
   void push_tail(Token c);
+  std::vector<Token> vote(const TokenIndex& idx, size_t max_tokens, size_t max_occurrences) const;
 
   std::weak_ptr<TokenIndex> index_;
   int32_t max_match_;

@@ -44,7 +44,7 @@ from agspec.token_index import ContinuationRule, TokenIndex, as_tokens
 
 log = logging.getLogger(__name__)
 
-Source = Literal["request", "session", "workspace", "global"]
+Source = Literal["request", "session", "workspace", "history", "global"]
 LengthMode = Literal["static", "match", "cap", "cap+scale"]
 
 
@@ -57,6 +57,11 @@ class AgSpecConfig:
     use_workspace: bool = True
     use_emission_forms: bool = True
     use_global: bool = True
+    # Beyond the paper: a live corpus of the outputs of finished calls of every session
+    # this server served (like SuffixDecoding's response cache). Drafts from it when its
+    # match is longer than both live matches.
+    use_history: bool = False
+    history_budget_tokens: int = 20_000_000
     global_margin_tokens: int = 4  # δ: global must beat the live match by more than this
     length_mode: LengthMode = "cap+scale"
     static_length_tokens: int = 8  # the draft length of length_mode="static"
@@ -68,6 +73,7 @@ class AgSpecConfig:
     session_rule: ContinuationRule = "frequent"
     workspace_rule: ContinuationRule = "first"
     global_rule: ContinuationRule = "frequent"
+    history_rule: ContinuationRule = "frequent"
     scale_step: float = 0.05  # η of the online scale (agspec.policy.length.OnlineScale)
     scale_min: float = 0.05
     scale_max: float = 4.0
@@ -126,17 +132,35 @@ VARIANTS: dict[str, AgSpecConfig] = {
     "agspec-match": AgSpecConfig(length_mode="match"),
     "agspec-cap": AgSpecConfig(length_mode="cap"),
     "agspec-on-suffix-tree": AgSpecConfig(engine="suffix-tree"),
+    # Beyond the paper, each measured in the replay lab (docs/results.md).
+    "agspec-recent": AgSpecConfig(session_rule="recent", global_rule="recent"),
+    "agspec-history": AgSpecConfig(use_history=True),
+    "agspec-plus": AgSpecConfig(
+        session_rule="recent",
+        global_rule="recent",
+        history_rule="recent",
+        use_history=True,
+        default_cap_tokens=32,
+        scale_max=16.0,
+    ),
 }
 
 
-def choose_source(m_s: int, m_w: int, m_g: int, margin: int) -> Source | None:
+def choose_source(m_s: int, m_w: int, m_g: int, margin: int, m_h: int = 0) -> Source | None:
     """The paper's preference: global only when it beats both live matches by > margin.
+
+    `m_h` (history, beyond the paper) wins when strictly longer than both live matches.
 
     >>> choose_source(3, 5, 9, 4), choose_source(3, 5, 10, 4), choose_source(3, 3, 0, 4)
     ('workspace', 'global', 'session')
+    >>> choose_source(3, 5, 0, 4, m_h=6), choose_source(3, 5, 0, 4, m_h=5)
+    ('history', 'workspace')
     """
-    if m_g > max(m_s, m_w) + margin:
+    live = max(m_s, m_w)
+    if m_g > max(live, m_h) + margin:
         return "global"
+    if m_h > live:
+        return "history"
     if m_w > m_s:
         return "workspace"
     if m_s > 0:
@@ -183,6 +207,20 @@ class AgSpecServer:
         )
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
+        self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
+        self._history_docs = 0
+
+    def add_history(self, output_ids: list[int]) -> None:
+        """Adds a finished call's output to the history corpus (when enabled).
+
+        Past the budget the history is started afresh (oldest text goes first).
+        """
+        if self.history is None or not output_ids:
+            return
+        if self.history.num_tokens + len(output_ids) > self.config.history_budget_tokens:
+            self.history = ENGINES[self.config.engine]()
+        self.history.extend_list(self._history_docs, output_ids)
+        self._history_docs += 1
 
     def save_scales(self) -> None:
         """Writes the per-agent scales (atomically) so they survive a restart."""
@@ -289,6 +327,7 @@ class AgSpecCall:
         self._cursors: dict[Source, Any] = {}  # MatchCursor or an engine's cursor
         self._request: Any = None
         self._draft: list[int] = []
+        self._output: list[int] = []
         self._decision: LengthDecision | None = None
         self._begun = False
         self._ended = False
@@ -312,6 +351,9 @@ class AgSpecCall:
             self._cursors["workspace"] = self.session.workspace.index.match(
                 tail, max_match_tokens=m
             )
+        h = self.session.server.history
+        if h is not None:
+            self._cursors["history"] = h.match(tail, max_match_tokens=m)
         g = self.session.server.global_corpus
         if g is not None:
             self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
@@ -341,6 +383,7 @@ class AgSpecCall:
                 lengths.get("workspace", 0),
                 lengths.get("global", 0),
                 cfg.global_margin_tokens,
+                m_h=lengths.get("history", 0),
             )
         if source is None:
             return []
@@ -356,6 +399,7 @@ class AgSpecCall:
             "session": cfg.session_rule,
             "workspace": cfg.workspace_rule,
             "global": cfg.global_rule,
+            "history": cfg.history_rule,
         }[source]
         draft = cursor.continuation(want, rule, max_occurrences=cfg.max_occurrences)
         cap = server.lengths.caps.cap_for(
@@ -399,11 +443,17 @@ class AgSpecCall:
             cur.extend_list(committed)
         if "session" in self._cursors:
             self.session.session_corpus.index.extend_list(self._doc_id, committed)
+        if self.session.server.history is not None:
+            self._output.extend(committed)
         if self._request is not None:
             self._request.extend_list(0, committed)
 
     def end(self) -> None:
+        if self._ended:
+            return
         self._ended = True
+        self.session.server.add_history(self._output)
+        self._output = []
         self._cursors.clear()
         self._request = None
         if not self.session.closed:

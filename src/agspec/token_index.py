@@ -30,8 +30,8 @@ from agspec import _native
 IndexFormatError = _native.IndexFormatError
 IndexStateError = _native.IndexStateError
 
-ContinuationRule = Literal["frequent", "first", "recent"]
-_RULES = {"frequent": 0, "first": 1, "recent": 2}
+ContinuationRule = Literal["frequent", "first", "recent", "vote"]
+_RULES = {"frequent": 0, "first": 1, "recent": 2, "vote": 3}
 _INT32_MAX = 2**31 - 1
 
 
@@ -230,7 +230,9 @@ class MatchCursor:
         rule="frequent": among the `max_occurrences` most recent occurrences, group by
         the next 3 tokens, take the most frequent group (ties: most recent), copy from its
         most recent occurrence. rule="first": copy from the earliest occurrence.
-        rule="recent": copy from the most recent occurrence.
+        rule="recent": copy from the most recent occurrence. rule="vote": token by token,
+        the most frequent next token among the occurrences that agree with the draft so
+        far (ties: most recent), while at least a tenth of the occurrences back it.
         """
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
