@@ -71,6 +71,13 @@ def test_build_indexes_text_files_one_document_each(folder: Path, tmp_path: Path
     assert [d["num_tokens"] for d in meta["documents"]] == [len(TOK.encode(t)) for t in texts]
 
 
+def test_rebuild_into_the_indexed_folder_skips_its_own_output(folder: Path) -> None:
+    out = folder / "own.idx"
+    first = build_index([folder], out)
+    second = build_index([folder], out)  # own.idx.docs.json is UTF-8 text: must not be indexed
+    assert second.paths == first.paths and second.tokens == first.tokens
+
+
 def test_glob_and_file_roots(folder: Path) -> None:
     got = iter_files([folder], ["*.md", "a.*"])
     assert [p.name for p in got] == ["a.py", "u.md"]

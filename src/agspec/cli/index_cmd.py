@@ -215,7 +215,9 @@ def build_index(
         raise IsADirectoryError(f"output {out} is a folder; give a file path")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    files = iter_files(roots, globs)
+    # An earlier build's output inside an indexed folder is not a source file.
+    own = {out.resolve(), sidecar_path(out).resolve()}
+    files = [f for f in iter_files(roots, globs) if f.resolve() not in own]
     if not files:
         pattern = f" matching {', '.join(globs)}" if globs else ""
         raise ValueError(f"no files{pattern} under {', '.join(map(str, roots))}")
