@@ -56,6 +56,23 @@ class BruteIndex:
             doc_id, off = occ[-1]
         elif rule == "recent":
             doc_id, off = occ[0]
+        elif rule == "vote":
+            conts = [self.docs[d][o + 1 : o + 1 + k] for d, o in occ[:occ_max]]
+            support = max(1, (len(conts) + 9) // 10)
+            out: list[int] = []
+            alive = list(range(len(conts)))
+            for j in range(k):
+                votes = [conts[i][j] for i in alive if len(conts[i]) > j]
+                if not votes:
+                    break
+                counts = Counter(votes)
+                top = max(counts.values())
+                tok = next(t for t in votes if counts[t] == top)  # ties: most recent
+                if top < support:
+                    break
+                out.append(tok)
+                alive = [i for i in alive if len(conts[i]) > j and conts[i][j] == tok]
+            return out
         else:
             occ = occ[:occ_max]
             keys = [tuple(self.docs[d][o + 1 : o + 4]) for d, o in occ]
@@ -70,7 +87,7 @@ def check_cursor(ref: BruteIndex, cur, fed: list[int], cap: int) -> None:
     assert cur.match_length == m
     expected_occ = ref.ends(fed[-m:])[:7] if m else []
     assert cur.occurrences(7) == expected_occ
-    for rule in ("frequent", "first", "recent"):
+    for rule in ("frequent", "first", "recent", "vote"):
         for occ_max in (1, 3, 32):
             assert cur.continuation(5, rule, max_occurrences=occ_max) == ref.continuation(
                 fed, cap, 5, rule, occ_max
