@@ -199,3 +199,22 @@ def test_sessions_are_evicted_by_ttl_and_budget():
     assert b.closed
     with pytest.raises(KeyError):
         server.get_session("b")
+
+
+def test_history_corpus_carries_outputs_across_sessions():
+    cfg = AgSpecConfig(use_global=False, use_history=True)
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=cfg)
+    first = server.session("a")
+    run_call(first.call("coder", "code", 1), "\x00task A", "print('hello world')")
+    first.end()
+    second = server.session("b")  # a new session: its own corpora are empty
+    call = second.call("coder", "code", 1)
+    call.begin(toks("\x00task B: print('hel"))
+    draft = call.propose(8)
+    assert call.last_source == "history"
+    assert draft == toks("lo world")[: len(draft)] and draft
+    # Without the history corpus the new session has nothing to copy from.
+    plain = AgSpecServer(tokenizer=CharTokenizer(), config=AgSpecConfig(use_global=False))
+    c = plain.session("b").call("coder", "code", 1)
+    c.begin(toks("\x00task B: print('hel"))
+    assert c.propose(8) == [] or c.last_source == "session"
