@@ -92,6 +92,7 @@ def test_single_call_bonus_token_and_end_of_output() -> None:
     assert res.num_steps == 2 and res.num_output_tokens == 5
     assert res.mean_accept_length == 2.0
     assert res.spec_ms == 2.0 and res.ar_ms == 5.0 and res.speedup == 2.5
+    assert res.speedup_full_batch == 2.5  # B=1: every step is a full batch
 
 
 def test_empty_drafter_is_autoregressive() -> None:
@@ -153,6 +154,10 @@ def test_batching_schedule_and_cost_by_hand() -> None:
     # AR: s1 in slot 0 for 10 steps, s2 in slot 1 for 3, s3 in slot 1 steps 3..5:
     # 5 steps with 2 active (0..4), 5 steps with 1 active (5..9).
     assert res.ar_ms == pytest.approx(5 * Linear().step_cost(1, 2) + 5 * Linear().step_cost(1, 1))
+    # Full-batch steps t0..t2 commit 6 + 6 + 2 tokens; AR at a full batch: 2 per L(1, 2).
+    full_ms = 2 * Linear().step_cost(3, 2) + Linear().step_cost(1.5, 2)
+    assert res.full_batch_tokens == 14
+    assert res.speedup_full_batch == pytest.approx((14 / full_ms) / (2 / Linear().step_cost(1, 2)))
     rows = res.recorder.rows()
     assert [(r["session"], r["batch_step"], r["num_active"]) for r in rows] == [
         ("s1", 0, 2), ("s2", 0, 2), ("s1", 1, 2), ("s2", 1, 2),

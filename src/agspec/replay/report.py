@@ -112,6 +112,8 @@ def format_markdown(entries: Sequence[dict[str, Any]]) -> str:
         header = ["drafter", "tok/step", "accept"]
         for b in batch_sizes:
             header += [f"B={b} speedup", f"B={b} w/ drafting"]
+            if b > 1:
+                header.append(f"B={b} full batch")
         header.append("draft us/tok")
         out.append(f"**{source}**")
         out.append("")
@@ -131,6 +133,9 @@ def format_markdown(entries: Sequence[dict[str, Any]]) -> str:
                     if at_b
                     else ["-", "-"]
                 )
+                if b > 1:
+                    full = at_b.get("speedup_full_batch") if at_b else None
+                    cells.append(f"{full:.2f}x" if full else "-")
             cells.append(f"{first['draft_us_per_token']:.0f}")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")

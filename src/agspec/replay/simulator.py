@@ -110,6 +110,10 @@ class BatchResult:
     draft_ns: int  # CPU time in the drafter: propose + accept + begin/end/open_artifact
     absolute_cost_model: bool
     recorder: StepRecorder = field(repr=False)
+    # Steps where all B slots were busy (the batch was full), for a drain-free speedup.
+    full_batch_tokens: int = 0
+    full_batch_ms: float = 0.0
+    ar_full_batch_step_ms: float = 0.0  # one AR step with B active requests
 
     @property
     def mean_accept_length(self) -> float:
@@ -135,6 +139,16 @@ class BatchResult:
         return self.ar_ms / total_ms if total_ms else 1.0
 
     @property
+    def speedup_full_batch(self) -> float | None:
+        """Throughput over AR while the batch was full: (tokens / ms over the full-batch
+        steps) / (B / AR step time at B). Leaves out the drain at the end of the run, when
+        only the longest sessions are left; None when the batch was never full."""
+        if not self.full_batch_ms or not self.ar_full_batch_step_ms:
+            return None
+        spec = self.full_batch_tokens / self.full_batch_ms
+        return spec / (self.batch_size / self.ar_full_batch_step_ms)
+
+    @property
     def draft_us_per_token(self) -> float:
         return self.draft_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
 
@@ -152,6 +166,8 @@ class BatchResult:
             "spec_ms": self.spec_ms,
             "ar_ms": self.ar_ms,
             "speedup": self.speedup,
+            "speedup_full_batch": self.speedup_full_batch,
+            "full_batch_tokens": self.full_batch_tokens,
             "absolute_cost_model": self.absolute_cost_model,
             "draft_ms": self.draft_ns / 1e6,
             "draft_us_per_token": self.draft_us_per_token,
@@ -309,6 +325,8 @@ def replay_batched(
     num_steps = num_drafted = num_accepted = num_tokens = 0
     use_max = batch_cost == "max"
     timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
+    full_tokens = 0
+    full_ms = 0.0
     while True:
         rows: list[list[Any]] = []
         for i in range(batch_size):
@@ -348,7 +366,11 @@ def replay_batched(
             row.append(num_active)
             append(row)
         n_tokens = 1 + (longest if use_max else total_drafted / num_active)
-        spec += timer(n_tokens, num_active)
+        step_ms = timer(n_tokens, num_active)
+        spec += step_ms
+        if num_active == batch_size:
+            full_tokens += step_tokens
+            full_ms += step_ms
         num_drafted += total_drafted
         num_steps += num_active
         num_tokens += step_tokens
@@ -371,4 +393,7 @@ def replay_batched(
         draft_ns=draft_ns,
         absolute_cost_model=timer.absolute,
         recorder=recorder,
+        full_batch_tokens=full_tokens,
+        full_batch_ms=full_ms,
+        ar_full_batch_step_ms=timer(1, batch_size),
     )
