@@ -19,6 +19,7 @@ _GROUPS = [
     "traces_cmd",
     "models_cmd",
     "costmodel_cmd",
+    "record_cmd",
 ]
 
 

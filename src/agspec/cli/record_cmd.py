@@ -1,0 +1,105 @@
+"""`agspec record TASK... -o traces.jsonl`: run the coding pipeline and record its sessions.
+
+Example:
+
+    $ agspec record paginate leap-years -o /tmp/t.jsonl --max-new-tokens 256
+    record: 100%|██████████| 2/2 [03:10<00:00, paginate: passed]
+    2 recorded, 0 already there: passed 1, failed 1, error 0 -> /tmp/t.jsonl (+ /tmp/t.live.jsonl)
+
+Sessions already in the output are skipped (resume after an interruption).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+
+from agspec.pipeline.recorder import Recorder
+from agspec.pipeline.runner import SOURCE, PipelineConfig, run_session
+from agspec.pipeline.tasks import load_tasks
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "record", help="run the localizer/coder/executor pipeline on tasks and record traces"
+    )
+    parser.add_argument("tasks", nargs="+", metavar="TASK", help="bundled task names, or all")
+    parser.add_argument("-o", "--output", required=True, help="trace file (.jsonl)")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="pinned name or GGUF path")
+    parser.add_argument("--drafter", choices=("agspec", "none"), default="agspec")
+    parser.add_argument("--max-turns", type=int, default=3, help="coder attempts per task")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="per coder call")
+    parser.add_argument("--localizer-max-new-tokens", type=int, default=64)
+    parser.add_argument("--num-draft-tokens", type=int, default=16, help="draft budget/step")
+    parser.add_argument("--test-timeout", type=float, default=30.0, help="seconds per test run")
+    parser.add_argument("--n-ctx", type=int, default=8192, help="llama.cpp context size")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=_record)
+
+
+def _record(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agspec.models import resolve_model
+    from agspec.pipeline.runner import LlamaLLM
+
+    config = PipelineConfig(
+        max_turns=args.max_turns,
+        max_new_tokens=args.max_new_tokens,
+        localizer_max_new_tokens=args.localizer_max_new_tokens,
+        num_draft_tokens=args.num_draft_tokens,
+        test_timeout_s=args.test_timeout,
+    )
+    names = load_tasks(args.tasks)
+    recorder = Recorder(args.output)
+    todo = [n for n in names if f"{SOURCE}/{n}" not in recorder.done]
+    skipped = len(names) - len(todo)
+    counts: Counter[str] = Counter()
+    if todo:
+        path = resolve_model(args.model)
+        llm = LlamaLLM(str(path), name=path.stem, n_ctx=args.n_ctx, n_threads=args.threads)
+        factory = _agspec_factory() if args.drafter == "agspec" else None
+        t0 = time.perf_counter()
+        bar = tqdm(todo, desc="record", unit="task", disable=args.no_progress, file=sys.stderr)
+        for name in bar:
+            result = run_session(name, llm, server_factory=factory, config=config)
+            recorder.write(
+                result.session,
+                {
+                    "task_id": name,
+                    "status": result.status,
+                    "detail": result.detail,
+                    "model": llm.name,
+                    "drafter": args.drafter,
+                    "config": asdict(config),
+                    "observations": [o.status for o in result.observations],
+                    "wall_s": round(result.wall_s, 2),
+                    "calls": [c.to_dict() for c in result.live],
+                },
+            )
+            counts[result.status] += 1
+            bar.set_postfix_str(f"{name}: {result.status}")
+        elapsed = time.perf_counter() - t0
+        print(f"recording took {elapsed:.0f} s", file=sys.stderr)
+    print(
+        f"{len(todo)} recorded, {skipped} already there: passed {counts['passed']}, "
+        f"failed {counts['failed']}, error {counts['error']} -> {recorder.path} "
+        f"(+ {recorder.live_path})"
+    )
+    return 0
+
+
+def _agspec_factory():  # type: ignore[no-untyped-def]
+    from agspec.drafter import VARIANTS, AgSpecServer
+    from agspec.tokenizers import get_tokenizer
+
+    tokenizer = get_tokenizer("qwen2.5")
+
+    def factory() -> AgSpecServer:
+        return AgSpecServer(tokenizer=tokenizer, config=VARIANTS["agspec"])
+
+    return factory
