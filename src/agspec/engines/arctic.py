@@ -16,7 +16,8 @@ What the tree answers, and how its answers map onto the interface:
   -1 in front when fewer were fed; the engine only tries match lengths below
   `len(context)`) and a length rule that allows a draft at match length `L` only; the draft
   is non-empty exactly when the `L`-suffix has a continuation. "Has a continuation" shrinks
-  with `L`, so a gallop from the previous match plus a binary search finds the longest.
+  with `L`, so a probe at the previous match plus the tokens fed since (and one more),
+  then a binary search, finds the longest.
   Remaining difference: the tree keeps suffixes only `max_depth` deep, so a match is at most
   `max_depth - 1` tokens (one more is needed for a continuation) and the draft after a
   match of `m` tokens at most `max_depth - m` tokens.
@@ -319,17 +320,20 @@ class SuffixTreeCursor:
             found[length] = probe(window, length)
             return bool(found[length][0])
 
-        # Invariant of the binary search: has(lo) holds, has(top) fails (top = hi + 1).
+        # "Has a continuation" only shrinks as the suffix grows, so a binary search works.
+        # Invariant: has(lo) holds, has(top) fails (top = hi + 1 counts as failing).
         lo, top = 0, hi + 1
-        guess = min(hi, self._m + self._fed_since)  # at most this if the index is unchanged
+        # The guess: the last match plus the tokens fed since (exact when the index did not
+        # change). Usually has(guess) and not has(guess + 1): two probes.
+        guess = min(hi, self._m + self._fed_since)
         if guess > 0:
             if has(guess):
                 lo = guess
                 if guess < hi:
-                    if has(hi):
-                        lo = hi
+                    if has(guess + 1):
+                        lo = guess + 1
                     else:
-                        top = hi
+                        top = guess + 1
             else:
                 top = guess
         while top - lo > 1:
