@@ -52,22 +52,41 @@ class SessionCorpus:
     ) -> None:
         self.index = index_factory()
         self.separator_id = separator_id
-        self._seen: set[bytes] = set()
+        self._seen: set[int] = set()
 
     def add_prompt(self, doc_id: int, prompt_ids: np.ndarray | Sequence[int]) -> int:
-        """Indexes the messages of this prompt not seen before; returns tokens added."""
-        arr = as_tokens(prompt_ids, what="prompt_ids")
-        new = []
-        for msg in split_messages(arr, self.separator_id):
-            key = msg.tobytes()
-            if key not in self._seen:
-                self._seen.add(key)
-                new.append(msg)
-        if not new:
-            return 0
-        joined = np.concatenate(new)
-        self.index.extend(doc_id, joined)
-        return int(joined.size)
+        """Indexes the messages of this prompt not seen before; returns tokens added.
+
+        Messages are keyed by a 64-bit hash of their token ids (a collision would only
+        skip a message, never change an output). All new messages enter in one call, so
+        a bad token id leaves the corpus as it was.
+        """
+        toks = prompt_ids if isinstance(prompt_ids, list) else as_tokens(prompt_ids).tolist()
+        sep = self.separator_id
+        starts = [0]
+        if sep is not None:
+            i = 0
+            while True:
+                try:
+                    i = toks.index(sep, i + 1)
+                except ValueError:
+                    break
+                starts.append(i)
+        new_keys: set[int] = set()
+        new: list[int] = []
+        for a, b in zip(starts, [*starts[1:], len(toks)]):
+            if b <= a:
+                continue
+            part = toks[a:b]
+            key = hash(tuple(part))
+            if key in self._seen or key in new_keys:
+                continue
+            new_keys.add(key)
+            new.extend(part)
+        if new:
+            self.index.extend_list(doc_id, new)
+        self._seen |= new_keys
+        return len(new)
 
     def add_output(self, doc_id: int, tokens: np.ndarray | Sequence[int]) -> None:
         self.index.extend(doc_id, tokens)

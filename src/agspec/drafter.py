@@ -339,8 +339,14 @@ class AgSpecCall:
             raise RuntimeError("begin() was already called for this call")
         self.session._check_open()
         cfg = self.session.server.config
-        prompt = as_tokens(prompt_ids, what="prompt_ids")
-        tail = prompt[-cfg.max_match_tokens :]  # only the tail can be part of a match
+        # Lists go to the corpora as they are (the native side checks the ids it indexes);
+        # only the tail can be part of a match, so only the tail feeds the cursors.
+        prompt = (
+            prompt_ids
+            if isinstance(prompt_ids, list)
+            else as_tokens(prompt_ids, what="prompt_ids").tolist()
+        )
+        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids")
         m = cfg.max_match_tokens
         if cfg.use_session:
             self.session.session_corpus.add_prompt(self._doc_id, prompt)
@@ -359,7 +365,7 @@ class AgSpecCall:
             self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
         if cfg.use_request:
             self._request = ENGINES[cfg.engine]()
-            self._request.extend(0, prompt)
+            self._request.extend_list(0, prompt)
             self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
         self._begun = True
 
