@@ -51,8 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build",
         help="tokenize every text file under FOLDERs into one index file",
         description=(
-            "One document per text file. Binary files (a NUL byte) and non-UTF-8 files are "
-            "skipped and counted; so are files and folders whose name starts with '.'. "
+            "One document per text file. Binary files (a NUL byte), non-UTF-8 and empty "
+            "files are skipped and counted; files and folders whose name starts with '.' "
+            "are not looked at. "
             f"Writes FILE (the frozen index) and FILE{SIDECAR_SUFFIX} (doc id -> path)."
         ),
     )
