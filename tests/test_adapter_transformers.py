@@ -129,18 +129,20 @@ def test_lossless_with_pld_and_a_mostly_right_drafter(model) -> None:
 
 
 def test_model_is_left_unpatched(model) -> None:
-    generate_with_drafter(model, torch.tensor([[1, 2, 3]]), PromptLookupDrafter(PLD_HF),
-                          max_new_tokens=4)
+    generate_with_drafter(
+        model, torch.tensor([[1, 2, 3]]), PromptLookupDrafter(PLD_HF), max_new_tokens=4
+    )
     assert "_get_candidate_generator" not in vars(model)
 
 
 def test_bad_input_is_rejected(model) -> None:
     with pytest.raises(ValueError, match=r"\[1, seq_len\]"):
-        generate_with_drafter(model, torch.tensor([[1, 2], [3, 4]]),
-                              PromptLookupDrafter(PLD_HF), max_new_tokens=4)
+        generate_with_drafter(
+            model, torch.tensor([[1, 2], [3, 4]]), PromptLookupDrafter(PLD_HF), max_new_tokens=4
+        )
     with pytest.raises(ValueError, match="max_new_tokens"):
-        generate_with_drafter(model, torch.tensor([[1, 2]]), PromptLookupDrafter(PLD_HF),
-                              max_new_tokens=0)
+        generate_with_drafter(
+            model, torch.tensor([[1, 2]]), PromptLookupDrafter(PLD_HF), max_new_tokens=0
+        )
     with pytest.raises(ValueError, match="num_draft_tokens"):
-        DrafterCandidateGenerator(PromptLookupDrafter(PLD_HF), num_draft_tokens=0,
-                                  max_length=10)
+        DrafterCandidateGenerator(PromptLookupDrafter(PLD_HF), num_draft_tokens=0, max_length=10)

