@@ -111,15 +111,10 @@ size_t EdgeTable::num_bytes() const {
 TokenIndex::TokenIndex() { reset_automaton(); }
 
 void TokenIndex::reset_automaton() {
-  for (auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
-                  &edge_head_, &edge_next_, &own_next_}) {
-    v->clear();
-  }
-  first_pos_.clear();
-  last_pos_.clear();
+  st_.clear();
+  edge_next_.clear();
+  own_next_.clear();
   edge_token_.clear();
-  in_tok_.clear();
-  in_tgt_.clear();
   pos_doc_.clear();
   pos_off_.clear();
   edges_.clear();
@@ -131,93 +126,83 @@ void TokenIndex::check_idle() const {
 }
 
 int32_t TokenIndex::new_state(int32_t len) {
-  const auto id = static_cast<int32_t>(len_.size());
+  const auto id = static_cast<int32_t>(st_.size());
   const auto pos = static_cast<uint32_t>(pos_doc_.size());  // the position being inserted
-  len_.push_back(len);
-  link_.push_back(-1);
-  first_child_.push_back(-1);
-  next_sib_.push_back(-1);
-  prev_sib_.push_back(-1);
-  own_head_.push_back(-1);
-  first_pos_.push_back(pos);
-  last_pos_.push_back(pos);
-  edge_head_.push_back(-1);
-  in_tok_.push_back(-1);
-  in_tgt_.push_back(-1);
+  st_.push_back(State{len, -1, -1, -1, -1, -1, -1, -1, -1, pos, pos});
   return id;
 }
 
 void TokenIndex::add_edge(int32_t s, Token t, int32_t target) {
-  if (in_tok_[s] == -1) {
-    in_tok_[s] = t;
-    in_tgt_[s] = target;
+  if (st_[s].in_tok == -1) {
+    st_[s].in_tok = t;
+    st_[s].in_tgt = target;
     return;
   }
   edges_.insert(s, t, target);
   edge_token_.push_back(t);
-  edge_next_.push_back(edge_head_[s]);
-  edge_head_[s] = static_cast<int32_t>(edge_token_.size() - 1);
+  edge_next_.push_back(st_[s].edge_head);
+  st_[s].edge_head = static_cast<int32_t>(edge_token_.size() - 1);
 }
 
 void TokenIndex::set_edge(int32_t s, Token t, int32_t target) {
-  if (in_tok_[s] == t) {
-    in_tgt_[s] = target;
+  if (st_[s].in_tok == t) {
+    st_[s].in_tgt = target;
   } else {
     edges_.assign(s, t, target);
   }
 }
 
 void TokenIndex::attach_front(int32_t child, int32_t parent) {
-  link_[child] = parent;
-  prev_sib_[child] = -1;
-  next_sib_[child] = first_child_[parent];
-  if (first_child_[parent] != -1) prev_sib_[first_child_[parent]] = child;
-  first_child_[parent] = child;
+  st_[child].link = parent;
+  st_[child].prev_sib = -1;
+  st_[child].next_sib = st_[parent].first_child;
+  if (st_[parent].first_child != -1) st_[st_[parent].first_child].prev_sib = child;
+  st_[parent].first_child = child;
 }
 
 void TokenIndex::move_to_front(int32_t u) {
-  const int32_t parent = link_[u];
-  if (parent == -1 || first_child_[parent] == u) return;
-  const int32_t prev = prev_sib_[u];
-  const int32_t next = next_sib_[u];
-  next_sib_[prev] = next;  // u is not first, so prev exists
-  if (next != -1) prev_sib_[next] = prev;
-  prev_sib_[u] = -1;
-  next_sib_[u] = first_child_[parent];
-  prev_sib_[first_child_[parent]] = u;
-  first_child_[parent] = u;
+  const int32_t parent = st_[u].link;
+  if (parent == -1 || st_[parent].first_child == u) return;
+  const int32_t prev = st_[u].prev_sib;
+  const int32_t next = st_[u].next_sib;
+  st_[prev].next_sib = next;  // u is not first, so prev exists
+  if (next != -1) st_[next].prev_sib = prev;
+  st_[u].prev_sib = -1;
+  st_[u].next_sib = st_[parent].first_child;
+  st_[st_[parent].first_child].prev_sib = u;
+  st_[parent].first_child = u;
 }
 
 int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
   const int32_t cl = new_state(len);
-  first_pos_[cl] = first_pos_[q];
-  last_pos_[cl] = last_pos_[q];
-  in_tok_[cl] = in_tok_[q];
-  in_tgt_[cl] = in_tgt_[q];
-  for (int32_t e = edge_head_[q]; e != -1; e = edge_next_[e]) {
+  st_[cl].first_pos = st_[q].first_pos;
+  st_[cl].last_pos = st_[q].last_pos;
+  st_[cl].in_tok = st_[q].in_tok;
+  st_[cl].in_tgt = st_[q].in_tgt;
+  for (int32_t e = st_[q].edge_head; e != -1; e = edge_next_[e]) {
     const Token t = edge_token_[e];
     const int32_t target = edges_.get(q, t);
     edges_.insert(cl, t, target);
     edge_token_.push_back(t);
-    edge_next_.push_back(edge_head_[cl]);
-    edge_head_[cl] = static_cast<int32_t>(edge_token_.size() - 1);
+    edge_next_.push_back(st_[cl].edge_head);
+    st_[cl].edge_head = static_cast<int32_t>(edge_token_.size() - 1);
   }
   // cl takes q's place among its parent's children (same last_pos_, so order holds),
   // and q becomes cl's only child.
-  const int32_t parent = link_[q];
-  link_[cl] = parent;
-  prev_sib_[cl] = prev_sib_[q];
-  next_sib_[cl] = next_sib_[q];
-  if (prev_sib_[q] != -1) {
-    next_sib_[prev_sib_[q]] = cl;
+  const int32_t parent = st_[q].link;
+  st_[cl].link = parent;
+  st_[cl].prev_sib = st_[q].prev_sib;
+  st_[cl].next_sib = st_[q].next_sib;
+  if (st_[q].prev_sib != -1) {
+    st_[st_[q].prev_sib].next_sib = cl;
   } else {
-    first_child_[parent] = cl;
+    st_[parent].first_child = cl;
   }
-  if (next_sib_[q] != -1) prev_sib_[next_sib_[q]] = cl;
-  link_[q] = cl;
-  prev_sib_[q] = -1;
-  next_sib_[q] = -1;
-  first_child_[cl] = q;
+  if (st_[q].next_sib != -1) st_[st_[q].next_sib].prev_sib = cl;
+  st_[q].link = cl;
+  st_[q].prev_sib = -1;
+  st_[q].next_sib = -1;
+  st_[cl].first_child = q;
   return cl;
 }
 
@@ -225,31 +210,31 @@ int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
 // is `last`; returns the state of the longer string.
 int32_t TokenIndex::sam_extend(int32_t last, Token c) {
   auto redirect = [this, c](int32_t p, int32_t from, int32_t to) {
-    for (; p != -1 && transition(p, c) == from; p = link_[p]) set_edge(p, c, to);
+    for (; p != -1 && transition(p, c) == from; p = st_[p].link) set_edge(p, c, to);
   };
   int32_t q = transition(last, c);
   if (q != -1) {  // the string already occurs (another document has it)
-    if (len_[q] == len_[last] + 1) return q;
-    const int32_t cl = clone_state(q, len_[last] + 1);
+    if (st_[q].len == st_[last].len + 1) return q;
+    const int32_t cl = clone_state(q, st_[last].len + 1);
     redirect(last, q, cl);
     return cl;
   }
-  const int32_t cur = new_state(len_[last] + 1);
+  const int32_t cur = new_state(st_[last].len + 1);
   int32_t p = last;
   while (p != -1 && transition(p, c) == -1) {
     add_edge(p, c, cur);
-    p = link_[p];
+    p = st_[p].link;
   }
   if (p == -1) {
     attach_front(cur, 0);
     return cur;
   }
   q = transition(p, c);
-  if (len_[p] + 1 == len_[q]) {
+  if (st_[p].len + 1 == st_[q].len) {
     attach_front(cur, q);
     return cur;
   }
-  const int32_t cl = clone_state(q, len_[p] + 1);
+  const int32_t cl = clone_state(q, st_[p].len + 1);
   redirect(p, q, cl);
   attach_front(cur, cl);
   return cur;
@@ -265,11 +250,11 @@ void TokenIndex::insert_position(uint32_t doc, uint32_t offset) {
   d.last_state = s;
   pos_doc_.push_back(doc);
   pos_off_.push_back(offset);
-  own_next_.push_back(own_head_[s]);
-  own_head_[s] = static_cast<int32_t>(g);
+  own_next_.push_back(st_[s].own_head);
+  st_[s].own_head = static_cast<int32_t>(g);
   // g is the newest position: it ends a string of every state on s's suffix-link path.
-  for (int32_t u = s; u != -1; u = link_[u]) {
-    last_pos_[u] = g;
+  for (int32_t u = s; u != -1; u = st_[u].link) {
+    st_[u].last_pos = g;
     move_to_front(u);
   }
 }
@@ -352,14 +337,9 @@ std::vector<int64_t> TokenIndex::document_ids() const {
 
 size_t TokenIndex::num_bytes() const {
   size_t b = edges_.num_bytes();
-  for (const auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
-                        &edge_head_, &edge_next_, &own_next_}) {
-    b += v->capacity() * sizeof(int32_t);
-  }
-  b += (first_pos_.capacity() + last_pos_.capacity() + pos_doc_.capacity() +
-        pos_off_.capacity()) *
-       sizeof(uint32_t);
-  b += (edge_token_.capacity() + in_tok_.capacity() + in_tgt_.capacity()) * sizeof(int32_t);
+  b += st_.capacity() * sizeof(State);
+  b += (edge_next_.capacity() + own_next_.capacity() + edge_token_.capacity()) * sizeof(int32_t);
+  b += (pos_doc_.capacity() + pos_off_.capacity()) * sizeof(uint32_t);
   for (const auto& d : docs_) b += sizeof(Doc) + d.tokens.capacity() * sizeof(Token);
   b += doc_slot_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
   return b;
@@ -376,7 +356,7 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
   std::vector<uint32_t> out;
   if (max_count == 0) return out;
   std::vector<Item> heap;
-  heap.push_back({last_pos_[v], v});
+  heap.push_back({st_[v].last_pos, v});
   while (!heap.empty() && out.size() < max_count) {
     std::pop_heap(heap.begin(), heap.end());
     const Item it = heap.back();
@@ -392,9 +372,9 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
       continue;
     }
     const int32_t u = it.node;
-    if (own_head_[u] != -1) push(static_cast<uint32_t>(own_head_[u]), -1);
-    if (first_child_[u] != -1) push(last_pos_[first_child_[u]], first_child_[u]);
-    if (u != v && next_sib_[u] != -1) push(last_pos_[next_sib_[u]], next_sib_[u]);
+    if (st_[u].own_head != -1) push(static_cast<uint32_t>(st_[u].own_head), -1);
+    if (st_[u].first_child != -1) push(st_[st_[u].first_child].last_pos, st_[u].first_child);
+    if (u != v && st_[u].next_sib != -1) push(st_[st_[u].next_sib].last_pos, st_[u].next_sib);
   }
   return out;
 }
@@ -425,7 +405,7 @@ size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_le
 namespace {
 
 constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 struct Header {
@@ -517,15 +497,10 @@ void TokenIndex::save(const std::string& path) const {
     w.vec(d.tokens);
   }
   w.pod<uint64_t>(epoch_);
-  for (const auto* v : {&len_, &link_, &first_child_, &next_sib_, &prev_sib_, &own_head_,
-                        &edge_head_, &edge_next_, &own_next_}) {
-    w.vec(*v);
-  }
-  w.vec(first_pos_);
-  w.vec(last_pos_);
+  w.vec(st_);
+  w.vec(edge_next_);
+  w.vec(own_next_);
   w.vec(edge_token_);
-  w.vec(in_tok_);
-  w.vec(in_tgt_);
   w.vec(pos_doc_);
   w.vec(pos_off_);
   w.pod<uint64_t>(edges_.size_);
@@ -612,16 +587,10 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
     idx->docs_.push_back(std::move(d));
   }
   idx->epoch_ = r.pod<uint64_t>();
-  for (auto* v : {&idx->len_, &idx->link_, &idx->first_child_, &idx->next_sib_,
-                  &idx->prev_sib_, &idx->own_head_, &idx->edge_head_, &idx->edge_next_,
-                  &idx->own_next_}) {
-    r.vec(v);
-  }
-  r.vec(&idx->first_pos_);
-  r.vec(&idx->last_pos_);
+  r.vec(&idx->st_);
+  r.vec(&idx->edge_next_);
+  r.vec(&idx->own_next_);
   r.vec(&idx->edge_token_);
-  r.vec(&idx->in_tok_);
-  r.vec(&idx->in_tgt_);
   r.vec(&idx->pos_doc_);
   r.vec(&idx->pos_off_);
   idx->edges_.size_ = r.pod<uint64_t>();
@@ -630,16 +599,11 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   if (!r.done()) throw FormatError("index file is corrupt: trailing bytes");
 
   // Structure checks, so a file with a valid checksum but broken content cannot crash us.
-  const int64_t ns = int64_t(idx->len_.size());
+  const int64_t ns = int64_t(idx->st_.size());
   const int64_t np = int64_t(idx->pos_doc_.size());
   const int64_t ne = int64_t(idx->edge_token_.size());
-  if (ns < 1 || idx->link_.size() != size_t(ns) || idx->first_child_.size() != size_t(ns) ||
-      idx->next_sib_.size() != size_t(ns) || idx->prev_sib_.size() != size_t(ns) ||
-      idx->own_head_.size() != size_t(ns) || idx->edge_head_.size() != size_t(ns) ||
-      idx->first_pos_.size() != size_t(ns) || idx->last_pos_.size() != size_t(ns) ||
-      idx->pos_off_.size() != size_t(np) || idx->own_next_.size() != size_t(np) ||
-      idx->edge_next_.size() != size_t(ne) || idx->in_tok_.size() != size_t(ns) ||
-      idx->in_tgt_.size() != size_t(ns)) {
+  if (ns < 1 || idx->pos_off_.size() != size_t(np) || idx->own_next_.size() != size_t(np) ||
+      idx->edge_next_.size() != size_t(ne)) {
     throw FormatError("index file is corrupt: array sizes disagree");
   }
   const size_t cap = idx->edges_.keys_.size();
@@ -648,20 +612,19 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
     throw FormatError("index file is corrupt: bad transition table");
   }
   idx->edges_.mask_ = cap - 1;
-  check_range(idx->len_, 0, std::numeric_limits<int32_t>::max(), "state length");
-  check_range(idx->link_, -1, ns, "suffix link");
-  check_range(idx->first_child_, -1, ns, "child");
-  check_range(idx->next_sib_, -1, ns, "sibling");
-  check_range(idx->prev_sib_, -1, ns, "sibling");
-  check_range(idx->own_head_, -1, np, "position");
+  auto in = [](int64_t x, int64_t lo, int64_t hi) { return lo <= x && x < hi; };
+  const int64_t npos = std::max<int64_t>(np, 1);
+  for (const State& q : idx->st_) {
+    if (q.len < 0 || !in(q.link, -1, ns) || !in(q.first_child, -1, ns) ||
+        !in(q.next_sib, -1, ns) || !in(q.prev_sib, -1, ns) || !in(q.own_head, -1, np) ||
+        !in(q.edge_head, -1, ne) || !in(q.in_tgt, -1, ns) || q.in_tok < -1 ||
+        !in(q.first_pos, 0, npos) || !in(q.last_pos, 0, npos)) {
+      throw FormatError("index file is corrupt: state out of range");
+    }
+  }
   check_range(idx->own_next_, -1, np, "position");
-  check_range(idx->edge_head_, -1, ne, "edge");
   check_range(idx->edge_next_, -1, ne, "edge");
   check_range(idx->edges_.vals_, -1, ns, "transition");
-  check_range(idx->in_tgt_, -1, ns, "transition");
-  check_range(idx->in_tok_, -1, int64_t(std::numeric_limits<int32_t>::max()) + 1, "token");
-  check_range(idx->first_pos_, 0, std::max<int64_t>(np, 1), "position");
-  check_range(idx->last_pos_, 0, std::max<int64_t>(np, 1), "position");
   check_range(idx->pos_doc_, 0, int64_t(ndocs), "document");
   for (int64_t g = 0; g < np; ++g) {
     const auto& d = idx->docs_[idx->pos_doc_[g]];

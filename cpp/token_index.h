@@ -84,7 +84,7 @@ class TokenIndex {
   size_t num_tokens() const { return num_tokens_; }
   // Positions indexed: every token that has a successor in its document.
   size_t num_positions() const { return pos_doc_.size(); }
-  size_t num_states() const { return len_.size(); }
+  size_t num_states() const { return st_.size(); }
   size_t num_bytes() const;
   bool frozen() const { return frozen_; }
 
@@ -93,15 +93,15 @@ class TokenIndex {
 
   // --- used by MatchCursor -------------------------------------------------------
   int32_t transition(int32_t state, Token t) const {
-    if (in_tok_[state] == t) return in_tgt_[state];
-    return edge_head_[state] == -1 ? -1 : edges_.get(state, t);
+    if (st_[state].in_tok == t) return st_[state].in_tgt;
+    return st_[state].edge_head == -1 ? -1 : edges_.get(state, t);
   }
-  int32_t state_len(int32_t s) const { return len_[s]; }
-  int32_t state_link(int32_t s) const { return link_[s]; }
+  int32_t state_len(int32_t s) const { return st_[s].len; }
+  int32_t state_link(int32_t s) const { return st_[s].link; }
   uint64_t epoch() const { return epoch_; }
   // Most recent first; at most max_count.
   std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
-  uint32_t first_position(int32_t state) const { return first_pos_[state]; }
+  uint32_t first_position(int32_t state) const { return st_[state].first_pos; }
   Occurrence occurrence(uint32_t pos) const;
   // Tokens after position pos in its document, at most max_tokens.
   std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
@@ -137,24 +137,29 @@ class TokenIndex {
   size_t num_live_docs_ = 0;
   size_t num_tokens_ = 0;
 
-  // Suffix automaton. State 0 is the root. Invariants:
-  //  len_[s]     length of the longest string of s; strings of s have lengths
-  //              (len_[link_[s]], len_[s]].
-  //  link_[s]    suffix link (-1 for the root); links form a tree rooted at 0.
-  //  first_pos_  earliest end position of s's strings (never changes once set).
-  //  last_pos_   most recent end position of s's strings = max over the link subtree.
-  //  first_child_/next_sib_/prev_sib_: link-tree children, sorted by last_pos_ descending.
-  //  own_head_   most recent position whose longest string (its document prefix) is in s;
-  //              own_next_ chains a state's owned positions, most recent first.
-  std::vector<int32_t> len_, link_, first_child_, next_sib_, prev_sib_, own_head_;
-  std::vector<uint32_t> first_pos_, last_pos_;
-  // Transitions. Most states have one: it is stored inline (in_tok_ = -1 when none).
-  // The others go to the hash table, and are chained per state for cloning:
-  // edge_head_[s] -> edge_next_ -> ... (edge_token_ holds their tokens).
-  std::vector<Token> in_tok_;
-  std::vector<int32_t> in_tgt_;
+  // Suffix automaton. State 0 is the root. One struct per state, so a step touches one
+  // cache line. Invariants:
+  //  len          length of the longest string of the state; its strings have lengths
+  //               (st_[link].len, len].
+  //  link         suffix link (-1 for the root); links form a tree rooted at 0.
+  //  first_child, next_sib, prev_sib: link-tree children, sorted by last_pos descending.
+  //  own_head     most recent position whose longest string (its document prefix) is in
+  //               the state; own_next_ chains a state's owned positions, most recent first.
+  //  edge_head    first extra transition (see below), -1 when none.
+  //  in_tok/in_tgt the first transition, inline (in_tok = -1 when none): most states have
+  //               one; the others go to the hash table edges_, chained per state through
+  //               edge_next_ for cloning (edge_token_ holds their tokens).
+  //  first_pos    earliest end position of the state's strings (never changes once set).
+  //  last_pos     most recent end position of its strings = max over the link subtree.
+  struct State {
+    int32_t len, link, first_child, next_sib, prev_sib, own_head, edge_head;
+    Token in_tok;
+    int32_t in_tgt;
+    uint32_t first_pos, last_pos;
+  };
+  std::vector<State> st_;
   EdgeTable edges_;
-  std::vector<int32_t> edge_head_, edge_next_;
+  std::vector<int32_t> edge_next_;
   std::vector<Token> edge_token_;
 
   // Positions in insertion order (the global clock that "most recent" refers to).
