@@ -20,7 +20,10 @@ What the tree answers, and how its answers map onto the interface:
   then a binary search, finds the longest.
   Remaining difference: the tree keeps suffixes only `max_depth` deep, so a match is at most
   `max_depth - 1` tokens (one more is needed for a continuation) and the draft after a
-  match of `m` tokens at most `max_depth - m` tokens.
+  match of `m` tokens at most `max_depth - m` tokens. AgSpec drafts after the *longest*
+  match (up to `max_match_tokens`, 64), so at the engine's default depth of 64 its drafts
+  shrink as a copy runs on; a depth of `max_match_tokens` + the longest draft (96) removes
+  that cut (figures in docs/baselines.md, "AgSpec on the SuffixDecoding engine").
 - `continuation(max_tokens, rule)`: the tree's own best path draft at that match length:
   from the matched node it follows the most frequent child while the path's estimated
   probability (product of child count / parent count) stays >= `min_token_prob` (0.1, as in
