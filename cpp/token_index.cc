@@ -281,6 +281,17 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
   BusyGuard guard(busy_);
   Doc& d = doc_for_write(doc_id);
   const auto slot = doc_slot_[doc_id];
+  if (n >= 4096) {
+    // A bulk append: make room once (at most two states and one position per token).
+    auto grow = [](auto& v, size_t need) {
+      if (v.capacity() < need) v.reserve(std::max(need, v.capacity() + v.capacity() / 2));
+    };
+    grow(st_, st_.size() + 2 * n);
+    grow(pos_doc_, pos_doc_.size() + n);
+    grow(pos_off_, pos_off_.size() + n);
+    grow(own_next_, own_next_.size() + n);
+    grow(d.tokens, d.tokens.size() + n);
+  }
   for (size_t i = 0; i < n; ++i) {
     // The previous last token now has a successor: it becomes a position.
     if (!d.tokens.empty()) insert_position(slot, static_cast<uint32_t>(d.tokens.size() - 1));
@@ -356,6 +367,8 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
   std::vector<uint32_t> out;
   if (max_count == 0) return out;
   std::vector<Item> heap;
+  heap.reserve(4 * max_count + 4);
+  out.reserve(max_count);
   heap.push_back({st_[v].last_pos, v});
   while (!heap.empty() && out.size() < max_count) {
     std::pop_heap(heap.begin(), heap.end());
@@ -388,6 +401,13 @@ std::vector<Token> TokenIndex::tokens_after(uint32_t pos, size_t max_tokens) con
   const size_t begin = pos_off_[pos] + 1;
   const size_t end = std::min(toks.size(), begin + max_tokens);
   return std::vector<Token>(toks.begin() + begin, toks.begin() + end);
+}
+
+void TokenIndex::next_tokens(uint32_t pos, Token* out, size_t max_tokens) const {
+  const auto& toks = docs_[pos_doc_[pos]].tokens;
+  const size_t begin = pos_off_[pos] + 1;
+  const size_t end = std::min(toks.size(), begin + max_tokens);
+  for (size_t i = begin; i < end; ++i) out[i - begin] = toks[i];
 }
 
 size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_len,
@@ -764,24 +784,23 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
     size_t count;
     size_t first;  // index in `positions` of its most recent occurrence
   };
-  std::vector<Group> groups;
-  for (size_t i = 0; i < positions.size(); ++i) {
+  Group groups[64];
+  size_t num_groups = 0;
+  const size_t considered = std::min<size_t>(positions.size(), 64);
+  for (size_t i = 0; i < considered; ++i) {
     Token key[3] = {-1, -1, -1};
-    const auto next = idx->tokens_after(positions[i], 3);
-    std::copy(next.begin(), next.end(), key);
-    bool found = false;
-    for (auto& gr : groups) {
-      if (std::equal(key, key + 3, gr.key)) {
-        ++gr.count;
-        found = true;
-        break;
-      }
+    idx->next_tokens(positions[i], key, 3);
+    size_t k = 0;
+    while (k < num_groups && !std::equal(key, key + 3, groups[k].key)) ++k;
+    if (k < num_groups) {
+      ++groups[k].count;
+    } else {
+      groups[num_groups++] = Group{{key[0], key[1], key[2]}, 1, i};
     }
-    if (!found) groups.push_back({{key[0], key[1], key[2]}, 1, i});
   }
   const Group* best = &groups[0];
-  for (const auto& gr : groups) {
-    if (gr.count > best->count) best = &gr;  // strict: earlier (more recent) wins ties
+  for (size_t k = 1; k < num_groups; ++k) {
+    if (groups[k].count > best->count) best = &groups[k];  // strict: recent wins ties
   }
   return idx->tokens_after(positions[best->first], max_tokens);
 }

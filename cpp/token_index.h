@@ -103,6 +103,8 @@ class TokenIndex {
   std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
   uint32_t first_position(int32_t state) const { return st_[state].first_pos; }
   Occurrence occurrence(uint32_t pos) const;
+  // Copies up to max_tokens tokens after position pos into out (no allocation).
+  void next_tokens(uint32_t pos, Token* out, size_t max_tokens) const;
   // Tokens after position pos in its document, at most max_tokens.
   std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
   // Length of the common suffix of `tail` (last element = most recent) and the

@@ -238,6 +238,6 @@ class MatchCursor:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
         if rule not in _RULES:
             raise ValueError(f"rule must be one of {sorted(_RULES)}, got {rule!r}")
-        if max_occurrences < 1:
-            raise ValueError(f"max_occurrences must be >= 1, got {max_occurrences}")
+        if not 1 <= max_occurrences <= 64:
+            raise ValueError(f"max_occurrences must be in [1, 64], got {max_occurrences}")
         return list(self._native.continuation(max_tokens, _RULES[rule], max_occurrences))
