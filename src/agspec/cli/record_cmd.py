@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict
 
 from agspec.pipeline.recorder import Recorder
-from agspec.pipeline.runner import SOURCE, PipelineConfig, run_session
+from agspec.pipeline.runner import SOURCE, CallLive, PipelineConfig, run_session
 from agspec.pipeline.tasks import load_tasks
 
 
@@ -66,7 +66,14 @@ def _record(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         bar = tqdm(todo, desc="record", unit="task", disable=args.no_progress, file=sys.stderr)
         for name in bar:
-            result = run_session(name, llm, server_factory=factory, config=config)
+
+            def show(live: CallLive, name: str = name) -> None:
+                bar.set_postfix_str(
+                    f"{name}: call {live.index} {live.agent} {len(live.output_ids)} tokens "
+                    f"{live.total_ms / 1000:.0f} s"
+                )
+
+            result = run_session(name, llm, server_factory=factory, config=config, on_call=show)
             recorder.write(
                 result.session,
                 {

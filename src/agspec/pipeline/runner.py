@@ -225,6 +225,7 @@ class CallLive:
     index: int
     agent: str
     turn: int
+    max_new_tokens: int
     output_ids: list[int]
     stopped_by: str
     steps: list[tuple[int, int, int]]
@@ -238,6 +239,7 @@ class CallLive:
             "index": self.index,
             "agent": self.agent,
             "turn": self.turn,
+            "max_new_tokens": self.max_new_tokens,
             "prompt_tokens": self.prompt_tokens,
             "reused_prompt_tokens": self.reused_prompt_tokens,
             "output_ids": self.output_ids,
@@ -274,7 +276,9 @@ class _SessionState:
         drafter_session: Any,
         config: PipelineConfig,
         tokenizer: str,
+        on_call: Callable[[CallLive], None] | None = None,
     ) -> None:
+        self.on_call = on_call
         self.session = session
         self.llm = llm
         self.drafter_session = drafter_session
@@ -319,6 +323,7 @@ class _SessionState:
                 turn,
                 agent,
                 turn,
+                max_new_tokens,
                 gen.tokens,
                 gen.stopped_by,
                 gen.steps,
@@ -328,6 +333,8 @@ class _SessionState:
                 gen.total_ms,
             )
         )
+        if self.on_call is not None:
+            self.on_call(self.live[-1])
         return gen.text
 
 
@@ -338,8 +345,11 @@ def run_session(
     server_factory: Callable[[], DrafterServer] | None = None,
     config: PipelineConfig | None = None,
     tokenizer: str = "qwen2.5",
+    on_call: Callable[[CallLive], None] | None = None,
 ) -> SessionResult:
     """Run the pipeline on one task; every failure is recorded, never raised.
+
+    `on_call` sees each call's live stats as soon as it is made (progress display).
 
     >>> from agspec.pipeline.runner import ScriptedLLM
     >>> llm = ScriptedLLM({"localizer": ["READ pages.py", "EDIT pages.py"], "coder": [
@@ -363,7 +373,7 @@ def run_session(
     dsession = (
         server.session(session.session_id, emission_format="unified_diff") if server else None
     )
-    state = _SessionState(session, llm, dsession, cfg, tokenizer)
+    state = _SessionState(session, llm, dsession, cfg, tokenizer, on_call)
     try:
         _turns(task, state, result)
     except Exception as exc:  # a model or drafter error ends this session, not the run
