@@ -67,6 +67,7 @@ def measure_profile(
     n_ctx = context_tokens + max_tokens + 8
     llm = llama_cpp.Llama(
         model_path=str(path), n_ctx=n_ctx, n_batch=max(512, max_tokens), n_threads=threads,
+        n_threads_batch=threads,  # the default (all cores) spin-waits badly on a busy machine
         seed=0, verbose=False,
     )  # fmt: skip
     # A real-looking context: code tokenized by the model itself, repeated to length.

@@ -1,0 +1,292 @@
+"""Live speculative decoding on llama.cpp: tokens/s of AR, llama-cpp-python's own prompt
+lookup, and any drafter of the replay registry, side by side in one run, per role.
+
+Real agent calls come from the dev traces (`../shared/data/traces`), rendered with the
+Qwen2.5 ChatML template (`agspec.traces.render_call`), so the ids are the ids
+Qwen2.5-Coder sees. Before a measured call, the drafter's session sees the session's
+earlier calls (artifacts opened, prompt begun, recorded output accepted), as in the
+replay lab: that is the session context a retrieval drafter drafts from.
+
+Per call, every method runs back to back on the same warm KV cache (the prompt is
+prefilled once; every method re-evaluates only the last prompt token), greedy, and the
+wall time of the call's decoding is measured:
+
+- `ar`: stock `Llama.generate`, no draft model;
+- `llama-pld`: stock `Llama.generate` with `LlamaPromptLookupDecoding()` (its defaults:
+  max_ngram_size 2, num_pred_tokens 10);
+- `<drafter>-hook`: stock `Llama.generate` with `AgSpecLlamaDraftModel` fed by the drafter;
+- `<drafter>-loop`: `agspec.adapters.llama_cpp.generate` (own loop) with the drafter.
+
+Every method's output is compared with `ar`'s, token for token.
+
+    python benchmarks/bench_live_llama_cpp.py --drafters pld-hf --calls-per-role 3 \
+        --out /tmp/live.json
+
+Any name `agspec replay --drafters` accepts works for `--drafters` (AgSpec once the
+drafter registers itself there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces"
+SOURCES = {  # format -> folder under the traces root
+    "chatdev": "chatdev",
+    "swe-agent": "swe-agent-java/deepseek-coder-v2",
+    "mini-swe-agent": "mini-swe-agent/gemini-3-pro",
+}
+
+
+def pick_calls(
+    traces: Path, roles: list[str], per_role: int, sessions_per_source: int, min_output_tokens: int
+) -> list[tuple[Any, int]]:
+    """`(session, call_index)` pairs: the first `per_role` calls of each role, taken
+    round-robin over the sources, whose recorded output has enough tokens."""
+    from agspec.traces import import_traces
+    from agspec.traces.importers import find_trace_files
+    from agspec.traces.render import get_renderer
+
+    renderer = get_renderer("qwen2.5")
+    by_source: dict[str, list[tuple[Any, int]]] = {}
+    for fmt, sub in SOURCES.items():
+        folder = traces / sub
+        if not folder.is_dir():
+            continue
+        files = find_trace_files(fmt, [folder])[:sessions_per_source]
+        sessions, _skipped = import_traces(fmt, files)
+        by_source[fmt] = [
+            (s, i)
+            for s in sessions
+            for i, c in enumerate(s.calls)
+            if c.role in roles and renderer.count_call(c)[1] >= min_output_tokens
+        ]
+    picked: list[tuple[Any, int]] = []
+    for role in roles:
+        queues = [
+            [p for p in pairs if p[0].calls[p[1]].role == role] for pairs in by_source.values()
+        ]
+        taken = 0
+        while taken < per_role and any(queues):
+            for q in queues:
+                if q and taken < per_role:
+                    picked.append(q.pop(0))
+                    taken += 1
+    return picked
+
+
+def warm_session(server: Any, session: Any, index: int) -> Any:
+    """A drafter session that has seen calls 0..index-1 (recorded outputs) and the
+    artifacts of call `index`; returns it ready for call `index`."""
+    from agspec.traces import render_call
+
+    ds = server.session(session.session_id, emission_format=session.emission_format)
+    for j, call in enumerate(session.calls[: index + 1]):
+        for artifact in call.artifacts:
+            ds.open_artifact(artifact.path, artifact.text)
+        if j == index:
+            break
+        prompt_ids, output_ids = render_call(call, "qwen2.5", end_token=True)
+        drafter = ds.call(call.agent, call.role, call.turn)
+        drafter.begin(prompt_ids)
+        drafter.accept(output_ids)
+        drafter.end()
+    return ds
+
+
+def stock_run(
+    llm: Any, prompt: list[int], max_new_tokens: int, stops: set[int]
+) -> tuple[list[int], float]:
+    """Greedy `Llama.generate` with whatever `llm.draft_model` is; (tokens, seconds)."""
+    out: list[int] = []
+    t = time.perf_counter()
+    for token in llm.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+        out.append(int(token))
+        if token in stops or len(out) >= max_new_tokens:
+            break
+    return out, time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--traces", default=str(DEFAULT_TRACES))
+    ap.add_argument("--drafters", default="pld-hf", help="comma-separated registry names")
+    ap.add_argument("--roles", default="code,review,localize,execute,plan")
+    ap.add_argument("--calls-per-role", type=int, default=3)
+    ap.add_argument("--sessions-per-source", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=1536,
+        help="keep the last N prompt tokens (CPU prefill is slow)",
+    )
+    ap.add_argument("--num-draft-tokens", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write per-call results as JSON")
+    args = ap.parse_args(argv)
+
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    from agspec.adapters.llama_cpp import AgSpecLlamaDraftModel, generate, import_llama_cpp, prefill
+    from agspec.models import resolve_model
+    from agspec.replay.registry import make_server
+    from agspec.tokenizers import get_tokenizer
+    from agspec.traces import render_call
+
+    traces = Path(args.traces)
+    if not traces.is_dir():
+        print(f"traces folder {traces} not found", file=sys.stderr)
+        return 1
+    roles = [r for r in args.roles.split(",") if r]
+    calls = pick_calls(
+        traces,
+        roles,
+        args.calls_per_role,
+        args.sessions_per_source,
+        min_output_tokens=args.max_new_tokens // 2,
+    )
+    llama_cpp = import_llama_cpp()
+    n_ctx = args.max_prompt_tokens + args.max_new_tokens + args.num_draft_tokens + 8
+    llm = llama_cpp.Llama(
+        model_path=str(resolve_model(args.model)), n_ctx=n_ctx, n_batch=512,
+        n_threads=args.threads, n_threads_batch=args.threads, logits_all=True, seed=0,
+        verbose=False,
+    )  # fmt: skip
+    eos = llm.token_eos()
+    im_end = 151645  # Qwen2.5 <|im_end|>: the chat turn's end
+    stops = {eos, im_end}
+    tokenizer = get_tokenizer("qwen2.5")
+    drafters = [d for d in args.drafters.split(",") if d]
+
+    def server(name: str) -> Any:
+        return make_server(name, global_docs=[], tokenizer=tokenizer, cost_model=None, batch_size=1)
+
+    rows = []
+    print(
+        f"{len(calls)} calls; methods: ar, llama-pld, "
+        + ", ".join(f"{d}-hook, {d}-loop" for d in drafters),
+        file=sys.stderr,
+    )
+    for session, index in calls:
+        call = session.calls[index]
+        prompt = render_call(call, "qwen2.5")[0][-args.max_prompt_tokens :]
+        llm.reset()
+        t = time.perf_counter()
+        prefill(llm, prompt, reuse_prefix=False)
+        prefill_s = time.perf_counter() - t
+        row: dict[str, Any] = {
+            "session": session.session_id,
+            "call": index,
+            "source": session.source,
+            "role": call.role,
+            "prompt_tokens": len(prompt),
+            "prefill_s": prefill_s,
+        }
+        llm.draft_model = None
+        reference, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
+        row["ar"] = {"tokens": len(reference), "s": seconds}
+        llm.draft_model = LlamaPromptLookupDecoding()
+        out, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
+        row["llama-pld"] = {
+            "tokens": len(out),
+            "s": seconds,
+            "same": out[: len(reference)] == reference,
+        }
+        for name in drafters:
+            ds = warm_session(server(name), session, index)
+            hook = AgSpecLlamaDraftModel(
+                lambda ds=ds, c=call: ds.call(c.agent, c.role, c.turn),
+                num_draft_tokens=args.num_draft_tokens,
+            )
+            llm.draft_model = hook
+            out, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
+            hook.finish()
+            row[f"{name}-hook"] = {
+                "tokens": len(out),
+                "s": seconds,
+                "same": out[: len(reference)] == reference,
+                "drafted": hook.num_drafted_tokens,
+                "accepted": hook.num_accepted_tokens,
+            }
+            llm.draft_model = None
+            ds = warm_session(server(name), session, index)
+            t = time.perf_counter()
+            result = generate(
+                llm,
+                prompt,
+                ds.call(call.agent, call.role, call.turn),
+                args.max_new_tokens,
+                num_draft_tokens=args.num_draft_tokens,
+                eos_token_ids=sorted(stops),
+            )
+            seconds = time.perf_counter() - t
+            row[f"{name}-loop"] = {
+                "tokens": len(result.tokens),
+                "s": seconds,
+                "same": result.tokens == reference,
+                "steps": len(result.steps),
+                "drafted": result.num_drafted_tokens,
+                "accepted": result.num_accepted_tokens,
+            }
+        rows.append(row)
+        summary = "  ".join(
+            f"{k} {v['tokens'] / v['s']:.1f}" for k, v in row.items() if isinstance(v, dict)
+        )
+        print(
+            f"{session.source:14s} {call.role:8s} p={len(prompt):5d}  tok/s: {summary}",
+            file=sys.stderr,
+        )
+
+    methods = [k for k, v in rows[0].items() if isinstance(v, dict)] if rows else []
+    table: dict[str, dict[str, Any]] = defaultdict(dict)
+    for role in [*roles, "all"]:
+        sel = [r for r in rows if role == "all" or r["role"] == role]
+        if not sel:
+            continue
+        for m in methods:
+            tokens = sum(r[m]["tokens"] for r in sel)
+            seconds = sum(r[m]["s"] for r in sel)
+            table[role][m] = {
+                "tok_per_s": tokens / seconds,
+                "same_as_ar": sum(1 for r in sel if r[m].get("same", True)),
+                "calls": len(sel),
+            }
+    print("\n| role | calls | " + " | ".join(f"{m} tok/s" for m in methods) + " |")
+    print("|---|---|" + "---|" * len(methods))
+    for role, per in table.items():
+        ar = per["ar"]["tok_per_s"]
+        cells = [
+            f"{per[m]['tok_per_s']:.1f}"
+            + ("" if m == "ar" else f" ({per[m]['tok_per_s'] / ar:.2f}x)")
+            for m in methods
+        ]
+        print(f"| {role} | {per['ar']['calls']} | " + " | ".join(cells) + " |")
+    mismatches = {m: sum(1 for r in rows if not r[m].get("same", True)) for m in methods}
+    print(f"\noutputs different from ar (near-tie flips or bugs): {mismatches}")
+    if args.out:
+        meta = {
+            "model": args.model,
+            "threads": args.threads,
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "args": vars(args),
+        }
+        Path(args.out).write_text(
+            json.dumps({"meta": meta, "rows": rows, "table": table}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
