@@ -44,6 +44,13 @@ class ModelFileError(ValueError):
     """A model file is missing, truncated, or has the wrong content."""
 
 
+class UnknownModelError(KeyError):
+    """A name that is neither a pinned model nor an alias."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class WheelMember:
     """One file inside one wheel: `requirement` for pip, `member` path inside the zip."""
@@ -118,7 +125,7 @@ def model_spec(name: str) -> ModelSpec:
         if key == spec.name or key in spec.aliases:
             return spec
     known = ", ".join(sorted(MODELS))
-    raise KeyError(f"unknown model {name!r}; known models: {known} (or pass a .gguf path)")
+    raise UnknownModelError(f"unknown model {name!r}; known models: {known} (or pass a .gguf path)")
 
 
 def file_sha256(path: Path) -> str:
