@@ -46,11 +46,13 @@ LOCALIZER_SYSTEM = (
 )
 
 CODER_SYSTEM = (
-    "You are the coder in a team of coding agents. You fix a bug by writing a patch. Answer "
-    "with one unified diff in a ```diff block: `--- a/PATH` and `+++ b/PATH` headers, then "
-    "`@@ -START,COUNT +START,COUNT @@` hunks with three lines of context, ` ` before "
-    "context lines, `-` before removed lines and `+` before added lines. The patch applies to "
-    "the files exactly as shown. No explanation."
+    "You are the coder in a team of coding agents. You fix a bug by writing a patch: one "
+    "unified diff in a ```diff block that applies to the files exactly as shown, with "
+    "`--- a/PATH` and `+++ b/PATH` headers and `@@` hunks; ` ` starts a context line, `-` a "
+    "removed line, `+` an added line. Change only the lines that must change. No "
+    "explanation. Example:\n"
+    "```diff\n--- a/util.py\n+++ b/util.py\n@@ -3,3 +3,3 @@\n def double(x):\n"
+    "-    return x + x + 1\n+    return x + x\n \n```"
 )
 
 
@@ -80,7 +82,7 @@ def localizer_edit_message(files: Mapping[str, str], paths: Sequence[str]) -> Me
     return Message(
         "user",
         f"{show_files(files, paths)}\n\nWhich file must change to fix the bug? Answer with "
-        "one line `EDIT <path>` per file.",
+        "one line `EDIT <path>`; name a second file only if it must change too.",
     )
 
 
