@@ -109,7 +109,9 @@ def _native_index() -> Any:
 def _suffix_tree_index() -> Any:
     from agspec.engines.arctic import SuffixTreeIndex
 
-    return SuffixTreeIndex()
+    # Depth 96 = AgSpec's longest match (64) + SuffixDecoding's longest draft (32): at the
+    # tree's default depth 64 a long match leaves no room to draft (docs/baselines.md).
+    return SuffixTreeIndex(max_depth=96)
 
 
 # Retrieval engines by name: a factory of empty indexes.
