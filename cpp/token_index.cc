@@ -425,7 +425,7 @@ size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_le
 namespace {
 
 constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 struct Header {
@@ -436,64 +436,109 @@ struct Header {
   uint64_t checksum;
 };
 
-uint64_t checksum64(const char* data, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, data + i, 8);
-    h = (h ^ mix64(w)) * 0x100000001B3ULL;
+// A checksum over a stream of chunks, each zero-padded to 8 bytes (as the file is).
+class Checksum {
+ public:
+  void update(const char* data, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) word(data + i);
+    if (i < n) {
+      char last[8] = {0};
+      std::memcpy(last, data + i, n - i);
+      word(last);
+    }
   }
-  uint64_t w = 0;
-  std::memcpy(&w, data + i, n - i);
-  return mix64(h ^ mix64(w ^ (n - i)));
-}
+  uint64_t value() const { return mix64(h_ ^ mix64(words_)); }
 
+ private:
+  void word(const char* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h_ = (h_ ^ mix64(w)) * 0x100000001B3ULL;
+    ++words_;
+  }
+  uint64_t h_ = 0x9E3779B97F4A7C15ULL;
+  uint64_t words_ = 0;
+};
+
+size_t padding(size_t n) { return (8 - n % 8) % 8; }
+
+// Writes sections (each padded to 8 bytes) straight to the file.
 class Writer {
  public:
+  explicit Writer(FILE* f) : f_(f) {}
   template <class T>
   void pod(const T& v) {
-    buf_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    chunk(reinterpret_cast<const char*>(&v), sizeof(T));
   }
   template <class T>
   void vec(const std::vector<T>& v) {
     pod<uint64_t>(v.size());
-    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    chunk(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
-  std::string& buf() { return buf_; }
+  bool ok() const { return ok_; }
+  uint64_t bytes() const { return bytes_; }
+  uint64_t checksum() const { return sum_.value(); }
 
  private:
-  std::string buf_;
+  void chunk(const char* data, size_t n) {
+    static const char zeros[8] = {0};
+    const size_t pad = padding(n);
+    ok_ = ok_ && std::fwrite(data, 1, n, f_) == n && std::fwrite(zeros, 1, pad, f_) == pad;
+    sum_.update(data, n);
+    bytes_ += n + pad;
+  }
+  FILE* f_;
+  Checksum sum_;
+  uint64_t bytes_ = 0;
+  bool ok_ = true;
 };
 
+// Reads sections straight into their vectors (no second copy of the file in memory).
 class Reader {
  public:
-  Reader(const char* data, size_t n) : data_(data), n_(n) {}
+  Reader(FILE* f, uint64_t payload_bytes) : f_(f), left_(payload_bytes) {}
   template <class T>
   T pod() {
-    need(sizeof(T));
     T v;
-    std::memcpy(&v, data_ + at_, sizeof(T));
-    at_ += sizeof(T);
+    chunk(reinterpret_cast<char*>(&v), sizeof(T));
     return v;
   }
   template <class T>
   void vec(std::vector<T>* v) {
     const auto count = pod<uint64_t>();
-    if (count > (n_ - at_) / sizeof(T)) throw FormatError("index file is corrupt: bad array size");
+    if (count > left_ / sizeof(T)) throw FormatError("index file is corrupt: bad array size");
     v->resize(count);
-    std::memcpy(v->data(), data_ + at_, count * sizeof(T));
-    at_ += count * sizeof(T);
+    chunk(reinterpret_cast<char*>(v->data()), count * sizeof(T));
   }
-  bool done() const { return at_ == n_; }
+  bool done() const { return left_ == 0; }
+  uint64_t checksum() const { return sum_.value(); }
 
  private:
-  void need(size_t k) {
-    if (n_ - at_ < k) throw FormatError("index file is corrupt: payload ends early");
+  void chunk(char* data, size_t n) {
+    const size_t pad = padding(n);
+    if (left_ < n + pad) throw FormatError("index file is corrupt: payload ends early");
+    char tail[8] = {0};
+    if (std::fread(data, 1, n, f_) != n || std::fread(tail, 1, pad, f_) != pad) {
+      throw FormatError("index file: short read");
+    }
+    for (size_t i = 0; i < pad; ++i) {
+      if (tail[i] != 0) throw FormatError("index file is corrupt: bad padding");
+    }
+    sum_.update(data, n);
+    left_ -= n + pad;
   }
-  const char* data_;
-  size_t n_;
-  size_t at_ = 0;
+  FILE* f_;
+  uint64_t left_;
+  Checksum sum_;
+};
+
+// Closes a FILE* on every path out.
+struct FileCloser {
+  FILE* f;
+  ~FileCloser() {
+    if (f) std::fclose(f);
+  }
 };
 
 template <class T>
@@ -508,7 +553,15 @@ void check_range(const std::vector<T>& v, int64_t lo, int64_t hi, const char* wh
 }  // namespace
 
 void TokenIndex::save(const std::string& path) const {
-  Writer w;
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot open " + tmp + " for writing");
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kFormatVersion;
+  h.endian = kEndianMark;
+  bool ok = std::fwrite(&h, sizeof(h), 1, f) == 1;  // placeholder, rewritten below
+  Writer w(f);
   w.pod<uint64_t>(docs_.size());
   for (const auto& d : docs_) {
     w.pod<int64_t>(d.id);
@@ -526,18 +579,9 @@ void TokenIndex::save(const std::string& path) const {
   w.pod<uint64_t>(edges_.size_);
   w.vec(edges_.keys_);
   w.vec(edges_.vals_);
-
-  Header h{};
-  std::memcpy(h.magic, kMagic, 8);
-  h.version = kFormatVersion;
-  h.endian = kEndianMark;
-  h.payload_bytes = w.buf().size();
-  h.checksum = checksum64(w.buf().data(), w.buf().size());
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot open " + tmp + " for writing");
-  const bool ok = std::fwrite(&h, sizeof(h), 1, f) == 1 &&
-                  std::fwrite(w.buf().data(), 1, w.buf().size(), f) == w.buf().size();
+  h.payload_bytes = w.bytes();
+  h.checksum = w.checksum();
+  ok = ok && w.ok() && std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(&h, sizeof(h), 1, f) == 1;
   if (std::fclose(f) != 0 || !ok) {
     std::remove(tmp.c_str());
     throw std::runtime_error("writing " + tmp + " failed (disk full?)");
@@ -549,48 +593,36 @@ void TokenIndex::save(const std::string& path) const {
 }
 
 std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
+  FileCloser file{std::fopen(path.c_str(), "rb")};
+  FILE* f = file.f;
   if (!f) throw FormatError("cannot open index file " + path);
   std::fseek(f, 0, SEEK_END);
   const long size = std::ftell(f);
   std::fseek(f, 0, SEEK_SET);
   Header h{};
   if (size < long(sizeof(Header)) || std::fread(&h, sizeof(h), 1, f) != 1) {
-    std::fclose(f);
     throw FormatError(path + " is not an AgSpec index file (too short for a header)");
   }
   if (std::memcmp(h.magic, kMagic, 8) != 0) {
-    std::fclose(f);
     throw FormatError(path + " is not an AgSpec index file (bad magic)");
   }
   if (h.endian != kEndianMark) {
-    std::fclose(f);
     throw FormatError(path + " was written on a machine of other byte order");
   }
   if (h.version != kFormatVersion) {
-    std::fclose(f);
     throw FormatError(path + " has index format version " + std::to_string(h.version) +
                       "; this build reads version " + std::to_string(kFormatVersion));
   }
   const uint64_t have = uint64_t(size) - sizeof(Header);
   if (have != h.payload_bytes) {
-    std::fclose(f);
     throw FormatError(path + " is truncated or padded: header says " +
                       std::to_string(h.payload_bytes) + " payload bytes, file has " +
                       std::to_string(have));
   }
-  std::string buf(h.payload_bytes, '\0');
-  const size_t got = std::fread(buf.data(), 1, buf.size(), f);
-  std::fclose(f);
-  if (got != buf.size()) throw FormatError(path + ": short read");
-  if (checksum64(buf.data(), buf.size()) != h.checksum) {
-    throw FormatError(path + " is corrupt: checksum mismatch");
-  }
-
   auto idx = std::make_shared<TokenIndex>();
-  Reader r(buf.data(), buf.size());
+  Reader r(f, h.payload_bytes);
   const auto ndocs = r.pod<uint64_t>();
-  if (ndocs > buf.size()) throw FormatError("index file is corrupt: bad document count");
+  if (ndocs > h.payload_bytes / 8) throw FormatError("index file is corrupt: bad document count");
   idx->docs_.clear();
   for (uint64_t i = 0; i < ndocs; ++i) {
     Doc d{r.pod<int64_t>(), {}, 0, false};
@@ -617,6 +649,7 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   r.vec(&idx->edges_.keys_);
   r.vec(&idx->edges_.vals_);
   if (!r.done()) throw FormatError("index file is corrupt: trailing bytes");
+  if (r.checksum() != h.checksum) throw FormatError(path + " is corrupt: checksum mismatch");
 
   // Structure checks, so a file with a valid checksum but broken content cannot crash us.
   const int64_t ns = int64_t(idx->st_.size());
