@@ -209,6 +209,15 @@ class AgSpecServer:
         )
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
+        # Hot-path lookups, computed once.
+        self.rules: dict[Source, ContinuationRule] = {
+            "request": cfg.session_rule,
+            "session": cfg.session_rule,
+            "workspace": cfg.workspace_rule,
+            "global": cfg.global_rule,
+            "history": cfg.history_rule,
+        }
+        self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
         self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
         self._history_docs = 0
 
@@ -327,6 +336,8 @@ class AgSpecCall:
         self.agent, self.role, self.turn = agent, role, turn
         self._doc_id = doc_id
         self._cursors: dict[Source, Any] = {}  # MatchCursor or an engine's cursor
+        self._cursor_items: list[tuple[Source, Any]] = []
+        self._cap = 0
         self._request: Any = None
         self._draft: list[int] = []
         self._output: list[int] = []
@@ -369,6 +380,12 @@ class AgSpecCall:
             self._request = ENGINES[cfg.engine]()
             self._request.extend_list(0, prompt)
             self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
+        self._cursor_items = list(self._cursors.items())
+        lengths = self.session.server.lengths
+        # The cap of this agent cannot change during a call: look it up once.
+        self._cap = lengths.caps.cap_for(
+            self.agent, model=lengths.model, batch_size=lengths.batch_size
+        )
         self._begun = True
 
     def propose(self, max_tokens: int) -> list[int]:
@@ -382,7 +399,7 @@ class AgSpecCall:
             return []
         server = self.session.server
         cfg = server.config
-        lengths = {k: c.match_length for k, c in self._cursors.items()}
+        lengths = {k: c.match_length for k, c in self._cursor_items}
         if "request" in lengths:
             source: Source | None = "request" if lengths["request"] > 0 else None
         else:
@@ -402,19 +419,10 @@ class AgSpecCall:
         want = server.lengths.draft_length(
             self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
         ).draft_tokens
-        rule: ContinuationRule = {
-            "request": cfg.session_rule,
-            "session": cfg.session_rule,
-            "workspace": cfg.workspace_rule,
-            "global": cfg.global_rule,
-            "history": cfg.history_rule,
-        }[source]
-        draft = cursor.continuation(want, rule, max_occurrences=cfg.max_occurrences)
-        cap = server.lengths.caps.cap_for(
-            self.agent, model=server.lengths.model, batch_size=server.lengths.batch_size
-        )
+        draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
+        cap = self._cap
         # Censored only when the cap itself bounded the draft (not max_tokens, not text).
-        capped = cfg.length_mode in ("cap", "cap+scale") and len(draft) == want == cap
+        capped = server.capped_mode and len(draft) == want == cap
         self._draft = draft
         self._decision = LengthDecision(len(draft), cap, capped)
         self.last_source, self.last_match_length = source, m
@@ -463,6 +471,7 @@ class AgSpecCall:
         self.session.server.add_history(self._output)
         self._output = []
         self._cursors.clear()
+        self._cursor_items = []
         self._request = None
         if not self.session.closed:
             self.session.server.touch(self.session.session_id)
