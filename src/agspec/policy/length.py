@@ -474,8 +474,15 @@ class DraftLengthPolicy:
         available_tokens: int,
         engine_max_tokens: int | None = None,
     ) -> LengthDecision:
-        _check_int("match_tokens", match_tokens)
-        _check_int("available_tokens", available_tokens)
+        # The drafter calls this every step: one cheap type check for the common case.
+        if not (type(match_tokens) is int and type(available_tokens) is int):
+            _check_int("match_tokens", match_tokens)
+            _check_int("available_tokens", available_tokens)
+        if match_tokens < 0 or available_tokens < 0:
+            raise ValueError(
+                f"match_tokens and available_tokens must be >= 0, got {match_tokens} "
+                f"and {available_tokens}"
+            )
         if engine_max_tokens is not None:
             _check_int("engine_max_tokens", engine_max_tokens)
         if match_tokens == 0:
