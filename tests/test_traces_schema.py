@@ -158,3 +158,23 @@ def test_read_is_a_stream():
     assert next(it).session_id == "b"
     with pytest.raises(TraceFormatError, match="mem:3"):
         next(it)
+
+
+def test_gzip_round_trip_and_damaged_gzip(tmp_path):
+    from agspec.traces.io import read_sessions, write_sessions
+    from agspec.traces.schema import Call, Message, Session, TraceFormatError
+
+    s = Session(
+        "s1",
+        "test",
+        "m",
+        "t",
+        [Call(agent="a", role="code", turn=0, messages=[Message("user", "hi")], output="ok")],
+    )
+    path = tmp_path / "t.jsonl.gz"
+    assert write_sessions([s, s], path) == 2
+    assert list(read_sessions(path)) == [s, s]
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(TraceFormatError, match="damaged gzip"):
+        list(read_sessions(bad))

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -32,8 +33,18 @@ def read_sessions(path: str | os.PathLike[str]) -> Iterator[Session]:
     """
     p = os.fspath(path)
     # Bytes in, strict UTF-8 per line: a bad byte is reported with its line number.
-    with open(p, "rb") as f:
-        yield from _iter_lines(f, p)
+    with _open_bytes(p) as f:
+        try:
+            yield from _iter_lines(f, p)
+        except (gzip.BadGzipFile, EOFError) as exc:
+            raise TraceFormatError(f"{p}: damaged gzip file ({exc})") from None
+
+
+def _open_bytes(path: str) -> IO[bytes]:
+    """The file, decompressed when its name ends in .gz."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
 
 
 def iter_sessions(stream: IO[str], name: str = "<stream>") -> Iterator[Session]:
@@ -75,7 +86,9 @@ def _parse_line(line: str, name: str, lineno: int) -> Session:
 def write_sessions(sessions: Iterable[Session], out: IO[str] | str | os.PathLike[str]) -> int:
     """Write sessions as JSONL to a path or a text stream; returns how many were written."""
     if isinstance(out, (str, os.PathLike)):
-        with open(out, "w", encoding="utf-8") as f:
+        p = os.fspath(out)
+        opener = gzip.open if p.endswith(".gz") else open
+        with opener(p, "wt", encoding="utf-8") as f:
             return write_sessions(sessions, f)
     n = 0
     for s in sessions:
@@ -93,7 +106,7 @@ def check_file(path: str | os.PathLike[str]) -> tuple[int, list[str]]:
     p = os.fspath(path)
     n_ok = 0
     errors: list[str] = []
-    with open(p, "rb") as f:
+    with _open_bytes(p) as f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
