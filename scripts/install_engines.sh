@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Optional engines the tests and benchmarks compare against: CPU torch, arctic-inference
 # (SuffixDecoding, built from its sdist without a GPU), transformers, llama-cpp-python.
-# Each step is skipped when already installed.
+# Each step is skipped when already installed; AGSPEC_SKIP_LLAMA=1 skips llama.cpp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,6 +16,6 @@ if ! has arctic_inference.suffix_decoding; then
     pipq "nanobind==3.1.0"
 fi
 has transformers || pipq "transformers>=4.45,<6" "torch==2.13.0"
-if [ -f scripts/install_llama_cpp.sh ] && ! has llama_cpp; then
+if [ "${AGSPEC_SKIP_LLAMA:-0}" != "1" ] && [ -f scripts/install_llama_cpp.sh ] && ! has llama_cpp; then
     bash scripts/install_llama_cpp.sh
 fi
