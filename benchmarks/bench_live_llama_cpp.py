@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 from collections import defaultdict
@@ -50,8 +51,8 @@ SOURCES = {  # format -> folder under the traces root
 def pick_calls(
     traces: Path, roles: list[str], per_role: int, sessions_per_source: int, min_output_tokens: int
 ) -> list[tuple[Any, int]]:
-    """`(session, call_index)` pairs: the first `per_role` calls of each role, taken
-    round-robin over the sources, whose recorded output has enough tokens."""
+    """`(session, call_index)` pairs: `per_role` calls of each role, a seeded random
+    sample taken round-robin over the sources, whose recorded output has enough tokens."""
     from agspec.traces import import_traces
     from agspec.traces.importers import find_trace_files
     from agspec.traces.render import get_renderer
@@ -70,6 +71,9 @@ def pick_calls(
             for i, c in enumerate(s.calls)
             if c.role in roles and renderer.count_call(c)[1] >= min_output_tokens
         ]
+    rng = random.Random(0)  # a fixed sample, not the first calls (those have no history)
+    for pairs in by_source.values():
+        rng.shuffle(pairs)
     picked: list[tuple[Any, int]] = []
     for role in roles:
         queues = [
@@ -84,7 +88,27 @@ def pick_calls(
     return picked
 
 
-def warm_session(server: Any, session: Any, index: int) -> Any:
+def replay_call(drafter: Any, prompt_ids: list[int], output_ids: list[int], k: int) -> None:
+    """Run a recorded call through a drafter as greedy verification would: each step
+    commits the draft's agreeing prefix plus the next recorded token (the replay lab's
+    oracle; no model needed)."""
+    drafter.begin(prompt_ids)
+    pos = 0
+    while pos < len(output_ids):
+        draft = drafter.propose(k)
+        accepted = 0
+        while (
+            accepted < len(draft)
+            and pos + accepted < len(output_ids) - 1
+            and draft[accepted] == output_ids[pos + accepted]
+        ):
+            accepted += 1
+        drafter.accept(output_ids[pos : pos + accepted + 1])
+        pos += accepted + 1
+    drafter.end()
+
+
+def warm_session(server: Any, session: Any, index: int, num_draft_tokens: int) -> Any:
     """A drafter session that has seen calls 0..index-1 (recorded outputs) and the
     artifacts of call `index`; returns it ready for call `index`."""
     from agspec.traces import render_call
@@ -97,9 +121,7 @@ def warm_session(server: Any, session: Any, index: int) -> Any:
             break
         prompt_ids, output_ids = render_call(call, "qwen2.5", end_token=True)
         drafter = ds.call(call.agent, call.role, call.turn)
-        drafter.begin(prompt_ids)
-        drafter.accept(output_ids)
-        drafter.end()
+        replay_call(drafter, prompt_ids, output_ids, num_draft_tokens)
     return ds
 
 
@@ -114,6 +136,14 @@ def stock_run(
         if token in stops or len(out) >= max_new_tokens:
             break
     return out, time.perf_counter() - t
+
+
+def first_difference(reference: list[int], got: list[int]) -> int | None:
+    """Index of the first differing token (None when equal up to the shorter length)."""
+    for i, (a, b) in enumerate(zip(reference, got)):
+        if a != b:
+            return i
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--num-draft-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--cost-profile",
+        default=None,
+        help="agspec-cost-profile JSON for drafters that use a cost model "
+        "(from `agspec costmodel measure`)",
+    )
     ap.add_argument("--out", default=None, help="write per-call results as JSON")
     args = ap.parse_args(argv)
 
@@ -169,8 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = get_tokenizer("qwen2.5")
     drafters = [d for d in args.drafters.split(",") if d]
 
+    cost_model = None
+    if args.cost_profile:
+        from agspec.costmodel import ProfileCostModel
+
+        cost_model = ProfileCostModel.load(args.cost_profile)
+
     def server(name: str) -> Any:
-        return make_server(name, global_docs=[], tokenizer=tokenizer, cost_model=None, batch_size=1)
+        return make_server(
+            name, global_docs=[], tokenizer=tokenizer, cost_model=cost_model, batch_size=1
+        )
 
     rows = []
     print(
@@ -201,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         row["llama-pld"] = {
             "tokens": len(out),
             "s": seconds,
-            "same": out[: len(reference)] == reference,
+            "same": out == reference,
+            "first_diff": first_difference(reference, out),
         }
         for name in drafters:
-            ds = warm_session(server(name), session, index)
+            ds = warm_session(server(name), session, index, args.num_draft_tokens)
             hook = AgSpecLlamaDraftModel(
                 lambda ds=ds, c=call: ds.call(c.agent, c.role, c.turn),
                 num_draft_tokens=args.num_draft_tokens,
@@ -215,12 +260,13 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{name}-hook"] = {
                 "tokens": len(out),
                 "s": seconds,
-                "same": out[: len(reference)] == reference,
+                "same": out == reference,
+                "first_diff": first_difference(reference, out),
                 "drafted": hook.num_drafted_tokens,
                 "accepted": hook.num_accepted_tokens,
             }
             llm.draft_model = None
-            ds = warm_session(server(name), session, index)
+            ds = warm_session(server(name), session, index, args.num_draft_tokens)
             t = time.perf_counter()
             result = generate(
                 llm,
@@ -235,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens": len(result.tokens),
                 "s": seconds,
                 "same": result.tokens == reference,
+                "first_diff": first_difference(reference, result.tokens),
                 "steps": len(result.steps),
                 "drafted": result.num_drafted_tokens,
                 "accepted": result.num_accepted_tokens,
