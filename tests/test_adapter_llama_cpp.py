@@ -30,7 +30,7 @@ from agspec.baselines.pld import PLD_HF, PromptLookupDrafter
 from agspec.models import ModelFileError, resolve_model
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
-NEAR_TIE_LOGITS = 0.25  # measured flips on SmolLM2 Q4_1: gaps 0.001-0.15
+NEAR_TIE_LOGITS = 0.5  # flips seen on SmolLM2 Q4_1: logit gaps 0.001 to 0.21
 NUM_PROMPTS = 20
 MAX_NEW_TOKENS = 12
 
