@@ -1,8 +1,10 @@
-"""The pipeline on the real model (Qwen2.5-Coder-0.5B on llama.cpp), kept tiny.
+"""The pipeline's model wrapper on the real model (Qwen2.5-Coder-0.5B on llama.cpp), tiny.
 
-Skips when llama-cpp-python or the GGUF is absent. One session with one coder attempt and
-a few output tokens per call: AgSpec's live steps commit exactly the recorded output,
-and replaying the recorded session gives the live accept lengths step for step.
+Skips when llama-cpp-python or the GGUF is absent. One localizer call (about 170 prompt
+tokens, 12 output tokens): AgSpec's live steps commit exactly the greedy output, and
+replaying the recorded call gives the live accept lengths step for step. The full turn
+loop is tested with a scripted model in `test_pipeline_runner.py` (a real session takes
+minutes on a shared CPU).
 """
 
 from __future__ import annotations
@@ -25,33 +27,39 @@ except (ModelFileError, ValueError) as exc:
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
-def test_real_model_session_is_recorded_and_replays_exactly() -> None:
+def test_real_model_call_is_lossless_and_replays_exactly() -> None:
     from bench_replay_vs_live import replay_loop
 
     from agspec.drafter import VARIANTS, AgSpecServer
-    from agspec.pipeline.runner import LlamaLLM, PipelineConfig, run_session
+    from agspec.pipeline import agents
+    from agspec.pipeline.runner import LlamaLLM
+    from agspec.pipeline.tasks import load_task
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import render_call
+    from agspec.traces.schema import Call, Session
 
     tok = get_tokenizer("qwen2.5")
-    llm = LlamaLLM(str(MODEL), name="qwen", n_ctx=2048)
-    cfg = PipelineConfig(max_turns=1, max_new_tokens=24, localizer_max_new_tokens=8)
-    r = run_session(
-        "paginate",
-        llm,
-        server_factory=lambda: AgSpecServer(tokenizer=tok, config=VARIANTS["agspec"]),
-        config=cfg,
+    task = load_task("paginate")
+    call = Call(
+        "localizer",
+        "localize",
+        0,
+        agents.localizer_read_messages(task.issue, list(task.files)),
+        "",
+        emission_format="none",
     )
-    assert r.status in ("passed", "failed"), r.detail
-    assert [c.agent for c in r.session.calls] == ["localizer", "localizer", "coder"]
-    for call, live in zip(r.session.calls, r.live):
-        assert sum(s[2] for s in live.steps) == len(live.output_ids) <= live.max_new_tokens
-        assert live.stopped_by in ("eos", "length")
-        body = live.output_ids[:-1] if live.stopped_by == "eos" else live.output_ids
-        assert tok.decode(body) == call.output
-    record = {"calls": [c.to_dict() for c in r.live]}
-    replayed = replay_loop(r.session, record, cfg.num_draft_tokens)
-    for i, (call, live) in enumerate(zip(r.session.calls, r.live)):
-        body = live.output_ids[:-1] if live.stopped_by == "eos" else live.output_ids
-        if list(render_call(call)[1]) == body:  # the text re-encodes to the model's ids
-            assert replayed[i] == [s[1] for s in live.steps], f"call {i}"
+    prompt_ids, _ = render_call(call)
+    llm = LlamaLLM(str(MODEL), name="qwen", n_ctx=512)
+    plain = llm.generate(prompt_ids, None, 12, 16)
+    server = AgSpecServer(tokenizer=tok, config=VARIANTS["agspec"])
+    dsession = server.session("s", emission_format="none")
+    spec = llm.generate(prompt_ids, dsession.call("localizer", "localize", 0), 12, 16)
+    assert spec.tokens == plain.tokens, "greedy output changed by drafting (near-tie flip?)"
+    assert sum(s[2] for s in spec.steps) == len(spec.tokens) <= 12
+    body = spec.tokens[:-1] if spec.stopped_by == "eos" else spec.tokens
+    assert spec.text == tok.decode(body) and "READ" in spec.text
+    call.output = spec.text
+    session = Session("s", "agspec-pipeline", "qwen", "paginate", [call])
+    record = {"calls": [{"stopped_by": spec.stopped_by, "max_new_tokens": 12, "steps": spec.steps}]}
+    if list(render_call(call)[1]) == body:  # the text re-encodes to the model's own ids
+        assert replay_loop(session, record, 16) == [[s[1] for s in spec.steps]]
