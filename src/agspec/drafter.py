@@ -62,7 +62,9 @@ class AgSpecConfig:
     # match is longer than both live matches.
     use_history: bool = False
     history_budget_tokens: int = 20_000_000
-    global_margin_tokens: int = 4  # δ: global must beat the live match by more than this
+    # δ: global must beat the live match by more than this. 0 won the sweep on the dev
+    # traces (benchmarks/sweep_global_margin.py, docs/drafter.md).
+    global_margin_tokens: int = 0
     length_mode: LengthMode = "cap+scale"
     static_length_tokens: int = 8  # the draft length of length_mode="static"
     default_cap_tokens: int = 16  # C_a for agents without a profiled cap
@@ -87,14 +89,17 @@ class AgSpecConfig:
     def __post_init__(self) -> None:
         if self.length_mode not in ("static", "match", "cap", "cap+scale"):
             raise ValueError(f"unknown length_mode {self.length_mode!r}")
+        if not -64 <= self.global_margin_tokens <= 1 << 16:
+            raise ValueError(
+                f"global_margin_tokens must be in [-64, 65536], got {self.global_margin_tokens}"
+            )
         for name in (
-            "global_margin_tokens",
             "static_length_tokens",
             "default_cap_tokens",
             "max_match_tokens",
             "max_occurrences",
         ):
-            if getattr(self, name) < (0 if name == "global_margin_tokens" else 1):
+            if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.break_even_prob < 1.0:
             raise ValueError("break_even_prob must be in (0, 1)")
