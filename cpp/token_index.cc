@@ -807,7 +807,7 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
   sync(*idx);
   if (len_ == 0 || max_tokens == 0) return {};
   if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);
-  if (rule == 2) return idx->tokens_after(idx->recent_positions(state_, 1)[0], max_tokens);
+  if (rule == 2) return idx->tokens_after(idx->last_position(state_), max_tokens);
   if (rule == 3) return vote(*idx, max_tokens, max_occurrences);
   if (rule != 0) throw ArgumentError("unknown continuation rule");
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));

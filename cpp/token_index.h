@@ -102,6 +102,7 @@ class TokenIndex {
   // Most recent first; at most max_count.
   std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
   uint32_t first_position(int32_t state) const { return st_[state].first_pos; }
+  uint32_t last_position(int32_t state) const { return st_[state].last_pos; }
   Occurrence occurrence(uint32_t pos) const;
   // Copies up to max_tokens tokens after position pos into out (no allocation).
   void next_tokens(uint32_t pos, Token* out, size_t max_tokens) const;
