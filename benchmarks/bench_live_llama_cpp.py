@@ -146,6 +146,15 @@ def first_difference(reference: list[int], got: list[int]) -> int | None:
     return None
 
 
+def logit_gap(llm: Any, prompt: list[int], prefix: list[int], a: int, b: int) -> float:
+    """|logit(a) - logit(b)| for the token after prompt + prefix, one-token decode."""
+    from agspec.adapters.llama_cpp import _eval_batch, prefill
+
+    pending, _ = prefill(llm, prompt + prefix, reuse_prefix=True)
+    logits = _eval_batch(llm, [pending], all_logits=False)[0]
+    return float(abs(logits[a] - logits[b]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -240,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         llm.draft_model = None
         reference, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
         row["ar"] = {"tokens": len(reference), "s": seconds}
+        outputs: dict[str, list[int]] = {}
         llm.draft_model = LlamaPromptLookupDecoding()
         out, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
+        outputs["llama-pld"] = out
         row["llama-pld"] = {
             "tokens": len(out),
             "s": seconds,
@@ -257,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             llm.draft_model = hook
             out, seconds = stock_run(llm, prompt, args.max_new_tokens, stops)
             hook.finish()
+            outputs[f"{name}-hook"] = out
             row[f"{name}-hook"] = {
                 "tokens": len(out),
                 "s": seconds,
@@ -277,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 eos_token_ids=sorted(stops),
             )
             seconds = time.perf_counter() - t
+            outputs[f"{name}-loop"] = result.tokens
             row[f"{name}-loop"] = {
                 "tokens": len(result.tokens),
                 "s": seconds,
@@ -286,6 +299,14 @@ def main(argv: list[str] | None = None) -> int:
                 "drafted": result.num_drafted_tokens,
                 "accepted": result.num_accepted_tokens,
             }
+        # Judge each difference from AR: the one-token logit gap of the two candidates at
+        # the first differing position (a near-tie flip has a small gap; a bug would not).
+        for method, out in outputs.items():
+            p = row[method]["first_diff"]
+            if p is not None:
+                row[method]["flip_logit_gap"] = logit_gap(
+                    llm, prompt, reference[:p], reference[p], out[p]
+                )
         rows.append(row)
         summary = "  ".join(
             f"{k} {v['tokens'] / v['s']:.1f}" for k, v in row.items() if isinstance(v, dict)
@@ -320,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"| {role} | {per['ar']['calls']} | " + " | ".join(cells) + " |")
     mismatches = {m: sum(1 for r in rows if not r[m].get("same", True)) for m in methods}
-    print(f"\noutputs different from ar (near-tie flips or bugs): {mismatches}")
+    gaps = [r[m]["flip_logit_gap"] for r in rows for m in methods if "flip_logit_gap" in r[m]]
+    print(f"\noutputs different from ar: {mismatches}")
+    if gaps:
+        print(f"one-token logit gap at the first difference: {min(gaps):.4f} .. {max(gaps):.4f}")
     if args.out:
         meta = {
             "model": args.model,
