@@ -251,3 +251,25 @@ def test_verification_step_costs_more_for_more_tokens(llm) -> None:
     one = time_verification_step(llm, prompt, 1, repeats=3)
     many = time_verification_step(llm, prompt, 64, repeats=3)
     assert 0 < one < many
+
+
+def test_costmodel_measure_writes_a_profile_the_cost_model_reads(model_path, tmp_path) -> None:
+    from agspec.cli import main as cli_main
+    from agspec.costmodel import ProfileCostModel
+
+    out = tmp_path / "profile.json"
+    code = cli_main(
+        ["costmodel", "measure", "--model", model_path, "-o", str(out), "--max-tokens", "4",
+         "--context-tokens", "32", "--repeats", "1", "--threads", "1"]
+    )  # fmt: skip
+    assert code == 0
+    profile = ProfileCostModel.load(out)
+    assert profile.step_cost(1, 1) == 1.0
+    data = json.loads(out.read_text())
+    assert data["backend"] == "llama.cpp" and data["context_tokens"] == 32
+    assert data["batch_sizes"]["1"]["n_tokens"] == [1, 2, 3, 4]
+    assert all(t > 0 for t in data["batch_sizes"]["1"]["step_ms"])
+    assert (
+        cli_main(["costmodel", "measure", "--model", model_path, "-o", str(out), "--repeats", "0"])
+        == 1
+    )
