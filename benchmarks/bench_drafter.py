@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
+from agspec.costmodel import break_even_accept_prob, get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
@@ -75,6 +77,12 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--max-draft", type=int, default=32)
+    ap.add_argument("--variant", default="agspec", help="AgSpec variant (agspec.drafter.VARIANTS)")
+    ap.add_argument(
+        "--cost-model",
+        default="h200-qwen2.5-32b",
+        help="cost model whose p* (at batch 1) the AgSpec length policy uses",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
@@ -103,9 +111,11 @@ def main() -> None:
         f"({g.num_tokens / build_s / 1e6:.2f} M tok/s), {g.index.num_bytes() / 2**20:.0f} MiB"
     )
     results = {}
-    agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=VARIANTS["agspec"])
+    cm = get_cost_model(args.cost_model, context_tokens=16384)
+    config = replace(VARIANTS[args.variant], break_even_prob=break_even_accept_prob(cm, 1))
+    agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=config)
     suffix = make_family("suffix-64", global_docs=[d.tolist() for d in docs[:2000]], tokenizer=tok)
-    for name, server in (("agspec", agspec), ("suffix-64", suffix)):
+    for name, server in ((args.variant, agspec), ("suffix-64", suffix)):
         steps, total_ns, out_tokens, acc = replay(server, replayed, tok, args.max_draft)
         results[name] = {
             "us_per_output_token": total_ns / 1e3 / out_tokens,
