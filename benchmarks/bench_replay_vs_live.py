@@ -176,6 +176,18 @@ def main(argv: list[str] | None = None) -> int:
             agent["steps"] += len(live_acc)
             agent["accepted"] += sum(live_acc)
             agent["calls"] += 1
+            # The live adapter counts draft tokens that matched past EOS (not committed);
+            # clipped, a step's accept length is at most its committed tokens.
+            clipped = [min(s[1], s[2]) for s in crec["steps"]]
+            totals.setdefault("exact, live clipped at EOS", Counter())
+            t = totals["exact, live clipped at EOS"]
+            t["calls"] += 1
+            t["steps"] += max(len(clipped), len(exact[i]))
+            t["steps_agree"] += sum(1 for a, b in zip(clipped, exact[i]) if a == b)
+            if clipped == exact[i]:
+                t["calls_agree"] += 1
+            else:
+                t["cause:unexplained"] += 1
             for name, replayed in (("exact", exact[i]), ("lab", lab.get((session.session_id, i)))):
                 if name == "lab" and args.no_lab:
                     continue
