@@ -8,13 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-build/default-traces}
-MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-192}
-MAX_TURNS=${MAX_TURNS:-2}
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-384}
+MAX_TURNS=${MAX_TURNS:-3}
 mkdir -p "$OUT_DIR"
 start=$(date +%s)
 PYTHONPATH=src python -m agspec record all -o "$OUT_DIR/default.jsonl" \
   --model qwen2.5-coder-0.5b --drafter agspec --max-turns "$MAX_TURNS" \
-  --max-new-tokens "$MAX_NEW_TOKENS" --localizer-max-new-tokens 48 \
+  --max-new-tokens "$MAX_NEW_TOKENS" --localizer-max-new-tokens 64 \
   --num-draft-tokens 16 --threads 1 "$@"
 echo "recording wall time: $(( $(date +%s) - start )) s" >&2
 PYTHONPATH=src python -m agspec traces check "$OUT_DIR/default.jsonl"

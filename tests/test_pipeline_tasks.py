@@ -77,6 +77,15 @@ def test_apply_headerless_hunk_to_default_file_and_loose_whitespace() -> None:
     assert out == {"m.py": FILE.replace("b = 2", "b = 20")}
 
 
+def test_unprefixed_lines_are_context_inside_a_fence_and_end_the_hunk_outside() -> None:
+    body = "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\na = 1\n-b = 2\n+b = 3\nc = 3\n"
+    assert apply_patch(f"```diff\n{body}```", {"m.py": FILE})["m.py"] == FILE.replace(
+        "b = 2", "b = 3"
+    )
+    with pytest.raises(PatchError, match="no unified-diff hunk"):  # "a = 1" ends the hunk
+        apply_patch(body, {"m.py": FILE})
+
+
 def test_apply_fuzz_drops_a_wrong_context_line() -> None:
     patch = "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n b = 2\n-c = 3\n+c = 4\n WRONG\n"
     assert apply_patch(patch, {"m.py": FILE})["m.py"] == FILE.replace("c = 3", "c = 4")

@@ -47,12 +47,12 @@ LOCALIZER_SYSTEM = (
 
 CODER_SYSTEM = (
     "You are the coder in a team of coding agents. You fix a bug by writing a patch: one "
-    "unified diff in a ```diff block that applies to the files exactly as shown, with "
-    "`--- a/PATH` and `+++ b/PATH` headers and `@@` hunks; ` ` starts a context line, `-` a "
-    "removed line, `+` an added line. Change only the lines that must change. No "
-    "explanation. Example:\n"
-    "```diff\n--- a/util.py\n+++ b/util.py\n@@ -3,3 +3,3 @@\n def double(x):\n"
-    "-    return x + x + 1\n+    return x + x\n \n```"
+    "unified diff in a ```diff block that applies to the files exactly as shown. It starts "
+    "with the lines `--- a/<path>` and `+++ b/<path>` for the file you change, then one "
+    "`@@ -<line>,<count> +<line>,<count> @@` line per hunk, then the hunk: unchanged lines "
+    "copied from the file with a space in front, each line you remove with `-` in front, "
+    "each line you add with `+` in front. Change only the lines that must change. No "
+    "explanation."
 )
 
 

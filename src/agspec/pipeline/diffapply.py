@@ -1,7 +1,8 @@
 """A small, forgiving unified-diff applier for model-written patches.
 
-Small models write diffs with wrong line numbers, missing `@@` counts, a blank context
-line without its leading space, or a fence around the diff. Each hunk is applied by
+Small models write diffs with wrong line numbers, missing `@@` counts, context lines
+without their leading space (inside a ```diff fence every unprefixed line is taken as
+context; outside one, prose ends the hunk), or a fence around the diff. Each hunk is applied by
 content, not by line number: its old side (context + removed lines) is searched in the
 file, nearest to the hunk's hinted line first; when it is not found, lines are compared
 with trailing whitespace ignored, then the outer context lines are dropped one by one
@@ -65,12 +66,17 @@ _FENCE_RE = re.compile(r"```[ \t]*(?:diff|patch|udiff)?[ \t]*\n(.*?)(?:```|\Z)",
 def extract_diff(text: str) -> str:
     """The diff inside a model's reply: the first fenced block that looks like a diff,
     else the text from the first `---`/`@@` line on."""
+    return _extract(text)[0]
+
+
+def _extract(text: str) -> tuple[str, bool]:
+    """`(diff, fenced)`: inside a fence every line belongs to the diff."""
     for m in _FENCE_RE.finditer(text):
         body = m.group(1)
         if re.search(r"^(---|\+\+\+|@@)", body, re.MULTILINE):
-            return body
+            return body, True
     first = re.search(r"^(---|@@)", text, re.MULTILINE)
-    return text[first.start() :] if first else ""
+    return (text[first.start() :], False) if first else ("", False)
 
 
 def _clean_path(path: str) -> str | None:
@@ -90,9 +96,10 @@ def parse_patch(text: str) -> list[FilePatch]:
     """Parse a unified diff (fences and prose around it are ignored).
 
     Headerless hunks (only `@@` blocks) give one `FilePatch` with both paths `""`: the
-    caller decides the file. Raises `PatchError` when no hunk is found.
+    caller decides the file. Hunks that change nothing are dropped; raises `PatchError`
+    when no hunk is left.
     """
-    body = extract_diff(text)
+    body, fenced = _extract(text)
     patches: list[FilePatch] = []
     current: FilePatch | None = None
     hunk: Hunk | None = None
@@ -122,9 +129,13 @@ def parse_patch(text: str) -> list[FilePatch]:
                 hunk.lines.append(" ")  # a blank context line that lost its space
             elif line[0] in " -+":
                 hunk.lines.append(line)
+            elif fenced:
+                hunk.lines.append(" " + line)  # a context line that lost its space
             else:
-                hunk = None  # prose after the diff ends the hunk
+                hunk = None  # prose after an unfenced diff ends the hunk
         i += 1
+    for p in patches:
+        p.hunks = [h for h in p.hunks if any(line[0] in "-+" for line in h.lines)]
     patches = [p for p in patches if p.hunks]
     if not patches:
         raise PatchError("no unified-diff hunk (a line starting with @@) found in the patch")
