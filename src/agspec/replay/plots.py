@@ -37,6 +37,10 @@ def _pyplot() -> Any:
     return plt
 
 
+# Drafters shown in the accept-by-turn panels when present (else the first four run).
+TURN_PANEL_DRAFTERS = ("agspec", "suffix-64", "pld-hf", "oracle")
+
+
 def plot_accept_by_turn(
     entries: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, max_agents: int = 8
 ) -> Path:
@@ -44,7 +48,8 @@ def plot_accept_by_turn(
     b = min(e["batch_size"] for e in entries)
     chosen = [e for e in entries if e["batch_size"] == b]
     sources = list(dict.fromkeys(e["source"] for e in chosen))
-    drafters = list(dict.fromkeys(e["drafter"] for e in chosen))
+    ran = list(dict.fromkeys(e["drafter"] for e in chosen))
+    drafters = [d for d in TURN_PANEL_DRAFTERS if d in ran] or ran[:4]
     fig, axes = plt.subplots(
         len(sources),
         len(drafters),
@@ -102,18 +107,19 @@ def plot_speedup(
     names = list(drafters) if drafters else list(dict.fromkeys(e["drafter"] for e in entries))
     groups = sorted({(e["source"], e["batch_size"]) for e in entries})
     by = {(e["source"], e["batch_size"], e["drafter"]): e["speedup"] for e in entries}
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(names) * len(groups)), 3.6))
+    fig, ax = plt.subplots(figsize=(min(16.0, max(6.0, 0.12 * len(names) * len(groups))), 4.2))
     width = 0.8 / max(len(names), 1)
+    colors = plt.get_cmap("tab20").colors
     for k, name in enumerate(names):
         xs = [g + k * width for g in range(len(groups))]
         ys = [by.get((s, b, name), 0.0) for s, b in groups]
-        ax.bar(xs, ys, width=width, label=name)
+        ax.bar(xs, ys, width=width, label=name, color=colors[k % len(colors)])
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
     ax.set_xticklabels([f"{s}\nB={b}" for s, b in groups], fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.6)
     ax.set_ylabel("speedup (x)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, ncol=4)
+    ax.legend(fontsize=6, ncol=4, loc="upper right")
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)
