@@ -84,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument(
         "--jobs", type=int, default=1, help="replays run in parallel processes (default 1)"
     )
+    replay.add_argument(
+        "--caps",
+        default=None,
+        help="caps file from `agspec profile` for the AgSpec drafters (default: built-in cap)",
+    )
     replay.add_argument("--no-steps", action="store_true", help="do not write per-step records")
     replay.add_argument("--no-plots", action="store_true", help="do not write plots")
     replay.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -125,7 +130,13 @@ def _replay(args: argparse.Namespace) -> int:
         decode_step_ms=args.decode_step_ms,
         traces=tuple(args.traces),
         write_steps=not args.no_steps,
+        extra={"caps": args.caps} if args.caps else {},
     )
+    if args.caps:
+        from agspec.drafter import set_replay_caps
+        from agspec.policy.length import ProfiledCap
+
+        set_replay_caps(ProfiledCap.load(args.caps))
     tokenizer = get_tokenizer(args.tokenizer)
     t0 = time.perf_counter()
     sessions = load_sessions(args.traces, tokenizer, limit_sessions=args.limit_sessions)
