@@ -16,9 +16,10 @@ compared with two replays of the same AgSpec configuration on the recorded outpu
 A step agrees when both give the same accept length at the same step index; a call
 agrees when all its steps do. Every disagreeing call is listed with its cause:
 `retokenized` (the recorded text re-encodes to other ids than the model produced),
-`eos` (a live step accepted draft tokens past EOS), for the lab `end-of-output rules`
-(reproduced by the loop with the lab's rules: no EOS, full budget, no bonus after a draft
-that covers the rest) with or without `majority emission format`, else `unexplained`.
+`eos` (a live step accepted draft tokens past EOS) or `other`; a lab disagreement is
+`end-of-output rules` when this loop run with the lab's rules (no EOS, full budget, no
+bonus after a draft that covers the rest) reproduces it, with or without `majority
+emission format`, else `unexplained`.
 
     python benchmarks/bench_replay_vs_live.py [TRACES.jsonl[.gz]] [--live SIDECAR]
 """
@@ -201,14 +202,14 @@ def main(argv: list[str] | None = None) -> int:
                 if same == n:
                     t["calls_agree"] += 1
                 else:
-                    why = cause(crec, call.output)
-                    if name == "lab" and why == "other":
-                        if replayed == lab_no_eos[i]:
-                            why = "lab: end-of-output rules"
-                        elif replayed == lab_mimic[i]:
-                            why = "lab: end-of-output rules + majority emission format"
-                        else:
-                            why = "lab: unexplained"
+                    if name == "exact":
+                        why = cause(crec, call.output)
+                    elif replayed == lab_no_eos[i]:
+                        why = "lab: end-of-output rules"
+                    elif replayed == lab_mimic[i]:
+                        why = "lab: end-of-output rules + majority emission format"
+                    else:
+                        why = "lab: unexplained"
                     t[f"cause:{why}"] += 1
                     first = next(
                         (k for k, (a, b) in enumerate(zip(live_acc, replayed)) if a != b),
