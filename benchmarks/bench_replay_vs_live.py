@@ -142,11 +142,47 @@ def cause(rec: dict[str, Any], call_text: str) -> str:
     return "other"
 
 
+def compare_ar(spec: dict[str, Any], ar: dict[str, Any]) -> None:
+    """Outputs with and without drafting, call by call, and decode speed per agent.
+
+    A session is compared up to its first differing call: later prompts depend on it.
+    """
+    same = differ = 0
+    speed: dict[tuple[str, str], list[float]] = {}
+    for sid, rec in spec.items():
+        other = ar.get(sid)
+        if other is None:
+            continue
+        for a, b in zip(rec["calls"], other["calls"]):
+            if a["output_ids"] != b["output_ids"]:
+                differ += 1
+                print(f"  {sid} call {a['index']}: outputs differ with and without drafting")
+                break
+            same += 1
+            for name, c in (("agspec", a), ("ar", b)):
+                acc = speed.setdefault((a["agent"], name), [0.0, 0.0])
+                acc[0] += len(c["output_ids"])
+                acc[1] += (c["total_ms"] - c["prefill_ms"]) / 1000.0
+    print(f"\nLossless: {same} calls identical with and without AgSpec, {differ} differ")
+    print("\n| agent | AR tokens/s | AgSpec tokens/s | ratio |")
+    print("|---|--:|--:|--:|")
+    for agent in sorted({k[0] for k in speed}):
+        ar_tps = speed[(agent, "ar")][0] / max(speed[(agent, "ar")][1], 1e-9)
+        sp_tps = speed[(agent, "agspec")][0] / max(speed[(agent, "agspec")][1], 1e-9)
+        print(f"| {agent} | {ar_tps:.1f} | {sp_tps:.1f} | {sp_tps / ar_tps:.2f}x |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="?", default=str(DEFAULT))
     ap.add_argument("--live", default=None, help="live sidecar (default: <traces>.live...)")
     ap.add_argument("--no-lab", action="store_true", help="skip the replay-lab comparison")
+    ap.add_argument(
+        "--ar",
+        default=None,
+        help="a recording of the same tasks with --drafter none: "
+        "compare outputs (lossless) and decode speed",
+    )
     args = ap.parse_args(argv)
     path = Path(args.traces)
     live = read_sidecar(args.live or sidecar_path(path))
@@ -240,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {agent} | {c['calls']} | {c['steps']} | {c['accepted'] / max(c['steps'], 1):.2f} |"
         )
+    if args.ar:
+        compare_ar(live, read_sidecar(sidecar_path(Path(args.ar))))
     if report.getvalue():
         print("\nDisagreeing calls:")
         print(report.getvalue(), end="")

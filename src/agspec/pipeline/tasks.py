@@ -95,8 +95,8 @@ def _read_text(path: Path, task: str) -> str:
 
 
 def load_tasks(names: Sequence[str], root: str | os.PathLike[str] = TASKS_DIR) -> list[str]:
-    """Expand `all` and check the names exist; returns task names/paths (loaded later, so
-    that a broken task is recorded as a failure instead of stopping the run)."""
+    """Expand `all` and drop repeats, keeping order. Names are not loaded here: a missing
+    or broken task is recorded as an `error` session instead of stopping the run."""
     out: list[str] = []
     for name in names:
         if name == "all":
