@@ -81,7 +81,8 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
     return arr
 
 
-def _check_doc_id(doc_id: int) -> int:
+def check_doc_id(doc_id: int) -> int:
+    """A document id: an int in [0, 2^63) (shared by every index engine)."""
     if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
         raise TypeError(f"doc_id must be an int, got {type(doc_id).__name__}")
     if doc_id < 0 or doc_id >= 2**63:
@@ -102,7 +103,7 @@ class TokenIndex:
     # -- building ------------------------------------------------------------------
     def extend(self, doc_id: int, tokens: Iterable[int] | np.ndarray) -> None:
         """Appends tokens to document `doc_id`, creating it on first use."""
-        self._native.extend(_check_doc_id(doc_id), as_tokens(tokens))
+        self._native.extend(check_doc_id(doc_id), as_tokens(tokens))
 
     def extend_list(self, doc_id: int, tokens: list[int]) -> None:
         """Fast path for a short list of already-checked ids (no numpy round trip)."""
@@ -110,7 +111,7 @@ class TokenIndex:
 
     def remove(self, doc_id: int) -> None:
         """Drops a document (rebuilds the index: O(total tokens))."""
-        self._native.remove(_check_doc_id(doc_id))
+        self._native.remove(check_doc_id(doc_id))
 
     # -- matching ------------------------------------------------------------------
     def match(
@@ -167,7 +168,7 @@ class TokenIndex:
         return int(self._native.num_bytes())
 
     def document(self, doc_id: int) -> list[int]:
-        return list(self._native.document(_check_doc_id(doc_id)))
+        return list(self._native.document(check_doc_id(doc_id)))
 
     def document_ids(self) -> list[int]:
         return list(self._native.document_ids())

@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from agspec.token_index import ContinuationRule, as_tokens
+from agspec.token_index import ContinuationRule, as_tokens, check_doc_id
 
 _SENTINEL = -1  # never a token id: pads a probe context shorter than L + 1 tokens
 _RULES = ("frequent", "first", "recent")
@@ -92,14 +92,6 @@ def _check_list(tokens: list[int], what: str) -> list[int]:
         if not 0 <= t <= _INT32_MAX:
             raise ValueError(f"{what}[{i}] = {t} is outside [0, 2^31)")
     return tokens
-
-
-def _check_doc_id(doc_id: int) -> int:
-    if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
-        raise TypeError(f"doc_id must be an int, got {type(doc_id).__name__}")
-    if doc_id < 0 or doc_id >= 2**63:
-        raise ValueError(f"doc_id must be in [0, 2^63), got {doc_id}")
-    return int(doc_id)
 
 
 class SuffixTreeIndex:
@@ -149,7 +141,7 @@ class SuffixTreeIndex:
 
     def extend(self, doc_id: int, tokens: Iterable[int] | np.ndarray) -> None:
         """Appends tokens to document `doc_id`, creating it on first use."""
-        doc = _check_doc_id(doc_id)
+        doc = check_doc_id(doc_id)
         arr = as_tokens(tokens)
         seq = self._seq(doc)
         if arr.size:
@@ -159,7 +151,7 @@ class SuffixTreeIndex:
 
     def extend_list(self, doc_id: int, tokens: list[int]) -> None:
         """Fast path for a short list of int ids (checked, without a numpy round trip)."""
-        doc = _check_doc_id(doc_id)
+        doc = check_doc_id(doc_id)
         _check_list(tokens, "tokens")
         seq = self._seq(doc)
         if tokens:
