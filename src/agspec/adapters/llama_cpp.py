@@ -309,7 +309,8 @@ def generate(
             pending = committed[-1]
             stats = StepStats(
                 drafted_tokens=len(draft),
-                accepted_tokens=accepted,
+                # Capped at what was committed: a draft can run past an EOS that stopped it.
+                accepted_tokens=min(accepted, len(committed)),
                 committed_tokens=len(committed),
                 evaluated_tokens=1 + len(draft),
                 draft_ms=(t_verify - t_draft) * 1000.0,

@@ -137,10 +137,8 @@ def load_sessions(
                 continue
             per_source[session.source] += 1
             calls = []
-            formats: dict[str, int] = defaultdict(int)
             for call in session.calls:
                 prompt_ids, output_ids = render_call(call, tokenizer)
-                formats[call.emission_format] += 1
                 calls.append(
                     ReplayCall(
                         agent=call.agent,
@@ -151,7 +149,9 @@ def load_sessions(
                         artifacts=tuple((a.path, a.text) for a in call.artifacts),
                     )
                 )
-            emission = max(formats, key=lambda k: formats[k]) if formats else "none"
+            # The scaffold's code-emission format (the first call format other than "none"):
+            # a majority vote would pick "none" when the coder makes half the calls.
+            emission = session.emission_format
             replay = ReplaySession(
                 session_id=session.session_id,
                 calls=tuple(calls),
