@@ -59,7 +59,17 @@ def pick_calls(
 
     renderer = get_renderer("qwen2.5")
     by_source: dict[str, list[tuple[Any, int]]] = {}
-    for fmt, sub in SOURCES.items():
+    if traces.is_file():  # an AgSpec-format trace file, e.g. the bundled default traces
+        from agspec.traces import read_sessions
+
+        sessions = list(read_sessions(traces))[:sessions_per_source]
+        by_source["agspec"] = [
+            (s, i)
+            for s in sessions
+            for i, c in enumerate(s.calls)
+            if c.role in roles and renderer.count_call(c)[1] >= min_output_tokens
+        ]
+    for fmt, sub in ({} if traces.is_file() else SOURCES).items():
         folder = traces / sub
         if not folder.is_dir():
             continue
