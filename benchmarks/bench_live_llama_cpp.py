@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from agspec.traces import render_call
 
     traces = Path(args.traces)
-    if not traces.is_dir():
+    if not (traces.is_dir() or traces.is_file()):
         print(f"traces folder {traces} not found", file=sys.stderr)
         return 1
     roles = [r for r in args.roles.split(",") if r]
