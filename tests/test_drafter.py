@@ -218,3 +218,17 @@ def test_history_corpus_carries_outputs_across_sessions():
     c = plain.session("b").call("coder", "code", 1)
     c.begin(toks("\x00task B: print('hel"))
     assert c.propose(8) == [] or c.last_source == "session"
+
+
+def test_min_match_gate_drops_short_matches():
+    cfg = AgSpecConfig(use_global=False, min_match_tokens=4)
+    sess = AgSpecServer(tokenizer=CharTokenizer(), config=cfg).session("s")
+    sess.open_artifact("a.txt", "abcdefgh")
+    short = sess.call("a")
+    short.begin(toks("\x00xyzabc"))  # m = 3 < 4: no draft
+    assert short.propose(8) == []
+    long = sess.call("a")
+    long.begin(toks("\x00xyzabcd"))  # m = 4: drafts
+    assert long.propose(8) == toks("efgh")
+    with pytest.raises(ValueError, match="min_match_tokens"):
+        AgSpecConfig(min_match_tokens=0)

@@ -69,6 +69,10 @@ class AgSpecConfig:
     static_length_tokens: int = 8  # the draft length of length_mode="static"
     default_cap_tokens: int = 16  # C_a for agents without a profiled cap
     max_match_tokens: int = 64
+    # Beyond the paper: no draft from a match shorter than this. Where verification is
+    # dear (a CPU backend: 2 tokens cost 3.7 decode steps on llama.cpp), short matches
+    # lose more than they win.
+    min_match_tokens: int = 1
     max_occurrences: int = 32
     # Continuation rules (paper §3.1): next-3-token frequency for session and global,
     # first occurrence for workspace. "recent" is the measured alternative.
@@ -97,6 +101,7 @@ class AgSpecConfig:
             "static_length_tokens",
             "default_cap_tokens",
             "max_match_tokens",
+            "min_match_tokens",
             "max_occurrences",
         ):
             if getattr(self, name) < 1:
@@ -142,6 +147,7 @@ VARIANTS: dict[str, AgSpecConfig] = {
     # Beyond the paper, each measured in the replay lab (docs/results.md).
     "agspec-recent": AgSpecConfig(session_rule="recent", global_rule="recent"),
     "agspec-history": AgSpecConfig(use_history=True),
+    "agspec-gated": AgSpecConfig(min_match_tokens=8),
     "agspec-plus": AgSpecConfig(
         session_rule="recent",
         global_rule="recent",
@@ -418,6 +424,8 @@ class AgSpecCall:
         if source is None:
             return []
         m = lengths[source]
+        if m < cfg.min_match_tokens:
+            return []
         cursor = self._cursors[source]
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
         engine_max = getattr(cursor, "engine_max_tokens", None)
