@@ -54,8 +54,7 @@ import numpy as np
 
 from agspec.baselines.rest import (
     CallLifecycle,
-    check_artifact_args,
-    check_call_args,
+    StaticSession,
     check_global_docs,
     check_session_args,
 )
@@ -135,9 +134,14 @@ class SuffixDecodingServer:
     def num_cached_responses(self) -> int:
         return len(self._cached)
 
-    def session(self, session_id: str, *, emission_format: str = "none") -> SuffixSession:
+    def session(self, session_id: str, *, emission_format: str = "none") -> StaticSession:
         check_session_args(session_id, emission_format)
-        return SuffixSession(self, session_id)
+        # SuffixDecoding keeps no per-session state: artifacts are not indexed.
+        return StaticSession(self, session_id)
+
+    def make_call(self) -> SuffixCall:
+        """One request's drafter (used by the shared `StaticSession`)."""
+        return SuffixCall(self)
 
     def new_tree(self) -> Any:
         return self._suffix_tree(self.config.max_tree_depth)
@@ -161,31 +165,6 @@ class SuffixDecodingServer:
         while limit > 0 and len(self._cached) > limit:
             oldest, _ = self._cached.popitem(last=False)
             self._global_tree.remove(oldest)
-
-
-class SuffixSession:
-    """SuffixDecoding keeps no per-session state: artifacts are not indexed."""
-
-    def __init__(self, server: SuffixDecodingServer, session_id: str) -> None:
-        self._server = server
-        self.session_id = session_id
-        self._ended = False
-
-    def open_artifact(self, path: str, text: str) -> None:
-        check_artifact_args(path, text)
-        if self._ended:
-            raise RuntimeError(f"open_artifact() on session {self.session_id!r}, which ended")
-
-    def call(self, agent: str, role: str, turn: int) -> SuffixCall:
-        check_call_args(agent, role, turn)
-        if self._ended:
-            raise RuntimeError(f"call() on session {self.session_id!r}, which ended")
-        return SuffixCall(self._server)
-
-    def end(self) -> None:
-        if self._ended:
-            raise RuntimeError(f"session {self.session_id!r} already ended")
-        self._ended = True
 
 
 class SuffixCall(CallLifecycle):
