@@ -25,7 +25,7 @@ def test_import_check_stats(tmp_path, capsys):
     assert "1 sessions ok, 0 errors" in capsys.readouterr().out
 
     swe = tmp_path / "swe.jsonl"
-    args = ["traces", "import", "swe-agent", str(FIXTURES / "swe_agent_small.traj")]
+    args = ["traces", "import", "swe-agent", str(FIXTURES / "swe_agent_small.traj.fixture")]
     assert main([*args, "-o", str(swe), "--keep-last-observations", "all", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["traces", "stats", str(out), str(swe)]) == 0

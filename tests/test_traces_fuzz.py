@@ -18,8 +18,8 @@ from agspec.traces.swe_agent import parse_swe_agent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 PARSERS = [
-    (parse_swe_agent, (FIXTURES / "swe_agent_small.traj").read_bytes()),
-    (parse_mini_swe_agent, (FIXTURES / "mini_swe_agent_small.traj.json").read_bytes()),
+    (parse_swe_agent, (FIXTURES / "swe_agent_small.traj.fixture").read_bytes()),
+    (parse_mini_swe_agent, (FIXTURES / "mini_swe_agent_small.traj.json.fixture").read_bytes()),
     (parse_chatdev, (FIXTURES / "chatdev_small.log").read_bytes()),
 ]
 _SETTINGS = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,21 @@ from agspec.traces.roles import chatdev_phase_role, infer_role
 from agspec.traces.swe_agent import import_swe_agent, shorten_history
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-SWE = FIXTURES / "swe_agent_small.traj"
-MINI = FIXTURES / "mini_swe_agent_small.traj.json"
+
+
+def _as_trace_file(name: str) -> Path:
+    """The hand-written fixture under its real trace name (the session id comes from it).
+
+    Fixtures carry a `.fixture` suffix in the repository so that they are never mistaken
+    for third-party traces.
+    """
+    out = Path(tempfile.mkdtemp(prefix="agspec-fixtures-")) / name
+    shutil.copyfile(FIXTURES / f"{name}.fixture", out)
+    return out
+
+
+SWE = _as_trace_file("swe_agent_small.traj")
+MINI = _as_trace_file("mini_swe_agent_small.traj.json")
 CHATDEV = FIXTURES / "chatdev_small.log"
 
 GREET_V1 = 'def greet(name):\n    return "hi " + nam\n\nprint(greet("bob"))\n'
