@@ -16,6 +16,6 @@ if ! has arctic_inference.suffix_decoding; then
     pipq "nanobind==3.1.0"
 fi
 has transformers || pipq "transformers>=4.45,<6" "torch==2.13.0"
-if [ "${AGSPEC_SKIP_LLAMA:-0}" != "1" ] && [ -f scripts/install_llama_cpp.sh ] && ! has llama_cpp; then
-    bash scripts/install_llama_cpp.sh
+if [ "${AGSPEC_SKIP_LLAMA:-0}" != "1" ]; then
+    bash scripts/install_llama_cpp.sh "$PY"   # checks the installed build itself
 fi
