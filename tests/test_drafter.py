@@ -232,3 +232,32 @@ def test_min_match_gate_drops_short_matches():
     assert long.propose(8) == toks("efgh")
     with pytest.raises(ValueError, match="min_match_tokens"):
         AgSpecConfig(min_match_tokens=0)
+
+
+def test_cost_mode_drafts_only_where_it_pays():
+    """length_mode="cost" with a dear verification (2 tokens cost 3 decode steps): a
+    3-token match is not worth drafting from, a long match is, and what is drafted is
+    the copy the session holds."""
+
+    class DearVerification:  # the CostModel protocol: 2 tokens cost 3 decode steps
+        def step_cost(self, n_tokens: int, batch_size: int) -> float:
+            return 1.0 if n_tokens == 1 else 3.0 + 0.1 * n_tokens
+
+        def step_time_ms(self, n_tokens: int, batch_size: int) -> float:
+            return 10.0 * self.step_cost(n_tokens, batch_size)
+
+    profile = DearVerification()
+    cfg = AgSpecConfig(use_global=False, length_mode="cost", cost_max_draft_tokens=8)
+    with pytest.raises(ValueError, match="cost model"):
+        AgSpecServer(tokenizer=CharTokenizer(), config=cfg)
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=cfg, cost_model=profile)
+    sess = server.session("s")
+    sess.open_artifact("a.py", "def area(width, height): return width * height\n")
+    short = sess.call("coder")
+    short.begin(toks("\x00xyzdef"))  # m = 3: q = 2/3 per token, not worth 3 decode steps
+    assert short.propose(8) == []
+    long = sess.call("coder")
+    long.begin(toks("\x00see def area(width, "))  # m = 17: drafts the copy
+    assert long.propose(8) == toks("height):")
+    long.accept(toks("height):"))  # wrong last token: 7 accepted + bonus
+    assert server.lengths.survival.curve("coder", 17)[0] > 16 / 17  # learned from it

@@ -35,6 +35,7 @@ from agspec.costmodel import break_even_accept_prob
 from agspec.policy.length import (
     DraftLengthPolicy,
     LengthDecision,
+    MatchSurvival,
     OnlineScale,
     OnlineScaleConfig,
     ProfiledCap,
@@ -45,7 +46,7 @@ from agspec.token_index import ContinuationRule, TokenIndex, as_tokens
 log = logging.getLogger(__name__)
 
 Source = Literal["request", "session", "workspace", "history", "global"]
-LengthMode = Literal["static", "match", "cap", "cap+scale"]
+LengthMode = Literal["static", "match", "cap", "cap+scale", "cost"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class AgSpecConfig:
     length_mode: LengthMode = "cap+scale"
     static_length_tokens: int = 8  # the draft length of length_mode="static"
     default_cap_tokens: int = 16  # C_a for agents without a profiled cap
+    # length_mode="cost" (beyond the paper): the most tokens one draft may have, and the
+    # weight of the prior in the learned acceptance curves (agspec.policy.length).
+    cost_max_draft_tokens: int = 32
+    cost_prior_weight: float = 4.0
     max_match_tokens: int = 64
     # Beyond the paper: no draft from a match shorter than this. Where verification is
     # dear (a CPU backend: 2 tokens cost 3.7 decode steps on llama.cpp), short matches
@@ -91,8 +96,10 @@ class AgSpecConfig:
     live_token_budget: int = 50_000_000
 
     def __post_init__(self) -> None:
-        if self.length_mode not in ("static", "match", "cap", "cap+scale"):
+        if self.length_mode not in ("static", "match", "cap", "cap+scale", "cost"):
             raise ValueError(f"unknown length_mode {self.length_mode!r}")
+        if not self.cost_prior_weight > 0:
+            raise ValueError(f"cost_prior_weight must be > 0, got {self.cost_prior_weight}")
         if not -64 <= self.global_margin_tokens <= 1 << 16:
             raise ValueError(
                 f"global_margin_tokens must be in [-64, 65536], got {self.global_margin_tokens}"
@@ -103,6 +110,7 @@ class AgSpecConfig:
             "max_match_tokens",
             "min_match_tokens",
             "max_occurrences",
+            "cost_max_draft_tokens",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -148,6 +156,9 @@ VARIANTS: dict[str, AgSpecConfig] = {
     "agspec-recent": AgSpecConfig(session_rule="recent", global_rule="recent"),
     "agspec-history": AgSpecConfig(use_history=True),
     "agspec-gated": AgSpecConfig(min_match_tokens=8),
+    # Length from the cost profile and learned acceptance curves (no cap, no α, no gate):
+    # drafts only where the expected tokens per unit of step cost beat plain decoding.
+    "agspec-cost": AgSpecConfig(length_mode="cost"),
     "agspec-plus": AgSpecConfig(
         session_rule="recent",
         global_rule="recent",
@@ -196,6 +207,7 @@ class AgSpecServer:
         batch_size: int = 1,
         name: str = "agspec",
         clock: Callable[[], float] = time.monotonic,
+        cost_model: Any = None,
     ) -> None:
         self.name = name
         self.config = cfg = config or AgSpecConfig()
@@ -210,6 +222,17 @@ class AgSpecServer:
             scale = OnlineScale.load(scales_path, p_star=cfg.break_even_prob, config=scale_cfg)
         else:
             scale = OnlineScale(p_star=cfg.break_even_prob, config=scale_cfg)
+        step_costs = None
+        if cfg.length_mode == "cost":
+            if cost_model is None:
+                raise ValueError(
+                    "length_mode='cost' needs a cost model: pass cost_model= (a "
+                    "ProfileCostModel from `agspec costmodel measure`, or a preset from "
+                    "agspec.costmodel.get_cost_model)"
+                )
+            step_costs = [
+                cost_model.step_cost(n, batch_size) for n in range(1, cfg.cost_max_draft_tokens + 2)
+            ]
         self.lengths = DraftLengthPolicy(
             cfg.length_mode,
             caps=caps or ProfiledCap(default_cap_tokens=cfg.default_cap_tokens),
@@ -217,7 +240,12 @@ class AgSpecServer:
             model=model,
             batch_size=batch_size,
             static_tokens=cfg.static_length_tokens,
+            step_costs=step_costs,
+            survival=MatchSurvival(
+                max_tokens=cfg.cost_max_draft_tokens, prior_weight=cfg.cost_prior_weight
+            ),
         )
+        self.cost_mode = cfg.length_mode == "cost"
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
         # Hot-path lookups, computed once.
@@ -433,11 +461,15 @@ class AgSpecCall:
             self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
         ).draft_tokens
         draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
+        if server.cost_mode:
+            draft = draft[: server.lengths.cost_length(self.agent, m, len(draft))]
+            if not draft:
+                return []
         cap = self._cap
         # Censored only when the cap itself bounded the draft (not max_tokens, not text).
         capped = server.capped_mode and len(draft) == want == cap
         self._draft = draft
-        self._decision = LengthDecision(len(draft), cap, capped)
+        self._decision = LengthDecision(len(draft), cap, capped, m)
         self.last_source, self.last_match_length = source, m
         return list(draft)
 
@@ -520,6 +552,7 @@ def replay_factory(
             caps=_replay_caps(),
             batch_size=batch_size,
             name=variant,
+            cost_model=cost_model,
         )
 
     return factory

@@ -13,7 +13,14 @@ For agent a with a match of m tokens:
   length; skipped when a fully accepted draft had the cap's length (the cap censors it);
   clipped to [α_min, α_max]; persisted atomically.
 - `DraftLengthPolicy`: the rule above, with ablation variants "static", "match", "cap",
-  "cap+scale".
+  "cap+scale", and "cost" (beyond the paper, below).
+- `MatchSurvival` + `best_length` (variant "cost"): where verification is dear (a CPU:
+  verifying 2 tokens costs 2.4-3.7 decode steps on llama.cpp), the length maximizes the
+  expected committed tokens per unit of step cost,
+      L* = argmax_{0 ≤ L ≤ retrieved} (1 + Σ_{k ≤ L} S_a(k | m)) / c(L + 1),
+  with c from the measured cost profile (c(1) = 1) and S_a(k | m) = P(r ≥ k) for agent a
+  and the match length's bucket, learned online from every verification. L* = 0 (no
+  draft) whenever plain decoding is expected to be faster.
 
 Example: agent "coder" with α = 0.5, C = 6 and a 20-token match with 9 tokens available:
 floor(0.5·20) = 10, capped to 6, and 6 ≤ 9, so the draft is 6 tokens; if all 6 are
@@ -43,6 +50,9 @@ __all__ = [
     "OnlineScaleConfig",
     "DraftLengthPolicy",
     "LengthDecision",
+    "MatchSurvival",
+    "best_length",
+    "match_bucket",
     "VARIANTS",
     "atomic_write_text",
 ]
@@ -51,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 CAPS_FORMAT = "agspec-caps"
 SCALES_FORMAT = "agspec-scales"
-VARIANTS = ("static", "match", "cap", "cap+scale")
+VARIANTS = ("static", "match", "cap", "cap+scale", "cost")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -417,6 +427,110 @@ class OnlineScale:
         return cls(p_star=p_star, config=config, scales=scales)
 
 
+# --------------------------------------------------------------------------- cost-aware
+MATCH_BUCKETS = 8
+
+
+def match_bucket(match_tokens: int) -> int:
+    """Log2 bucket of a match length: 0 | 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64+.
+
+    >>> [match_bucket(m) for m in (0, 1, 2, 3, 4, 15, 16, 64, 1000)]
+    [0, 1, 2, 2, 3, 4, 5, 7, 7]
+    """
+    return min(match_tokens.bit_length(), MATCH_BUCKETS - 1)
+
+
+class MatchSurvival:
+    """S_a(k | m) = P(r ≥ k): the chance that the first k draft tokens are accepted, for
+    agent a and the bucket of the match length m, learned online.
+
+    Each verification of a d-token draft with a accepted tokens is a censored run
+    length: positions 1..min(a+1, d) were at risk, positions 1..a survived (as in
+    `acceptance_curve`). The estimate is the product-limit one over the observed counts
+    plus a prior of `prior_weight` pseudo-drafts with a geometric curve S(k) = q^k,
+    q = m0 / (m0 + 1) at the bucket's shortest match m0 (a 1-token match: q = 1/2; an
+    8-token one: 8/9), so an agent starts out trusting long matches more than short ones
+    and its own outcomes take over after a few drafts.
+
+    >>> s = MatchSurvival(max_tokens=4, prior_weight=1.0)
+    >>> [round(p, 3) for p in s.curve("coder", 1)]      # prior alone, q = 1/2
+    [0.5, 0.25, 0.125, 0.062]
+    >>> for _ in range(3):
+    ...     s.observe("coder", 1, drafted_tokens=4, accepted_tokens=4)
+    >>> [round(p, 3) for p in s.curve("coder", 1)]      # (3 + 1/2) / (3 + 1) at k = 1
+    [0.875, 0.812, 0.781, 0.766]
+    """
+
+    def __init__(self, *, max_tokens: int = 32, prior_weight: float = 4.0) -> None:
+        self.max_tokens = _check_int("max_tokens", max_tokens, minimum=1)
+        if not isinstance(prior_weight, (int, float)) or not prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight!r}")
+        self.prior_weight = float(prior_weight)
+        # (agent, bucket) -> [at_risk counts, survived counts], index k-1
+        self._counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+        self._curves: dict[tuple[str, int], list[float]] = {}
+
+    def _prior(self, bucket: int) -> tuple[list[float], list[float]]:
+        m0 = 1 << max(bucket - 1, 0)
+        q = m0 / (m0 + 1)
+        w = self.prior_weight
+        at_risk = [w * q ** (k - 1) for k in range(1, self.max_tokens + 1)]
+        survived = [w * q**k for k in range(1, self.max_tokens + 1)]
+        return at_risk, survived
+
+    def curve(self, agent: str, match_tokens: int) -> list[float]:
+        """[S(1), ..., S(max_tokens)] for this agent and match length (cached)."""
+        key = (agent, match_bucket(match_tokens))
+        cached = self._curves.get(key)
+        if cached is not None:
+            return cached
+        at_risk, survived = self._counts.get(key) or self._prior(key[1])
+        out, s = [], 1.0
+        for n, h in zip(at_risk, survived):
+            s *= h / n
+            out.append(s)
+        self._curves[key] = out
+        return out
+
+    def observe(
+        self, agent: str, match_tokens: int, *, drafted_tokens: int, accepted_tokens: int
+    ) -> None:
+        """One verification: `accepted_tokens` of a `drafted_tokens`-token draft."""
+        d = min(drafted_tokens, self.max_tokens)
+        a = min(accepted_tokens, d)
+        if d <= 0 or a < 0:
+            return
+        key = (agent, match_bucket(match_tokens))
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = self._prior(key[1])
+        at_risk, survived = counts
+        for i in range(min(a + 1, d)):
+            at_risk[i] += 1.0
+        for i in range(a):
+            survived[i] += 1.0
+        self._curves.pop(key, None)
+
+
+def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int) -> int:
+    """argmax over L in [0, limit] of (1 + Σ_{k≤L} curve[k-1]) / step_costs[L] (ties: the
+    shorter L); step_costs[n-1] is the cost of verifying n tokens, step_costs[0] = 1.
+
+    >>> best_length([0.9, 0.8, 0.1], [1.0, 1.5, 1.6, 3.0], 3)   # (1+.9+.8)/1.6 = 1.69
+    2
+    >>> best_length([0.5, 0.25], [1.0, 3.7, 4.5], 2)            # drafting never pays
+    0
+    """
+    limit = min(limit, len(curve), len(step_costs) - 1)
+    best, best_value, expected = 0, 1.0 / step_costs[0], 1.0
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected / step_costs[n]
+        if value > best_value:
+            best, best_value = n, value
+    return best
+
+
 # --------------------------------------------------------------------------- policy
 @dataclass(frozen=True)
 class LengthDecision:
@@ -425,6 +539,7 @@ class LengthDecision:
     draft_tokens: int
     cap_tokens: int | None
     censored_by_cap: bool
+    match_tokens: int = 0  # the match the draft came from (variant "cost" learns by it)
 
 
 class DraftLengthPolicy:
@@ -433,7 +548,9 @@ class DraftLengthPolicy:
     - "static": a fixed `static_tokens` whenever there is a match;
     - "match": max(1, m) (α fixed at 1, no cap; SuffixDecoding-style);
     - "cap": min(max(1, m), C_a);
-    - "cap+scale": min(max(1, floor(α_a·m)), C_a) (the paper's rule).
+    - "cap+scale": min(max(1, floor(α_a·m)), C_a) (the paper's rule);
+    - "cost": first an upper bound (≤ `survival.max_tokens`), then `cost_length` trims
+      what the index retrieved to the expected-throughput optimum (`best_length`).
     Every variant then takes ≤ available tokens and ≤ the engine's own length, and m = 0
     gives 0.
 
@@ -454,11 +571,27 @@ class DraftLengthPolicy:
         model: str = "",
         batch_size: int = 1,
         static_tokens: int = 8,
+        step_costs: Sequence[float] | None = None,
+        survival: MatchSurvival | None = None,
     ) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown draft-length variant {variant!r}; one of {VARIANTS}")
         if variant == "cap+scale" and scale is None:
             raise ValueError("variant 'cap+scale' needs an OnlineScale")
+        if variant == "cost":
+            if step_costs is None or len(step_costs) < 2:
+                raise ValueError(
+                    "variant 'cost' needs step_costs: the cost of verifying 1, 2, ... tokens "
+                    "(a cost profile from `agspec costmodel measure`)"
+                )
+            costs = [float(c) for c in step_costs]
+            if not all(math.isfinite(c) and c > 0 for c in costs):
+                raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
+            self.step_costs: list[float] = [c / costs[0] for c in costs]
+            self.survival = survival or MatchSurvival(max_tokens=len(costs) - 1)
+        else:
+            self.step_costs = []
+            self.survival = survival or MatchSurvival()
         self.variant = variant
         self.caps = caps if caps is not None else ProfiledCap()
         self.scale = scale
@@ -492,6 +625,8 @@ class DraftLengthPolicy:
             length = self.static_tokens
         elif self.variant == "match":
             length = max(1, match_tokens)
+        elif self.variant == "cost":
+            length = min(self.survival.max_tokens, len(self.step_costs) - 1)
         else:
             cap = self.caps.cap_for(agent, model=self.model, batch_size=self.batch_size)
             alpha = self.scale.alpha(agent) if self.variant == "cap+scale" and self.scale else 1.0
@@ -500,10 +635,24 @@ class DraftLengthPolicy:
         if engine_max_tokens is not None:
             length = min(length, engine_max_tokens)
         censored = cap is not None and length >= cap
-        return LengthDecision(length, cap, censored)
+        return LengthDecision(length, cap, censored, match_tokens)
+
+    def cost_length(self, agent: str, match_tokens: int, retrieved_tokens: int) -> int:
+        """Variant "cost": how many of the `retrieved_tokens` to draft (0: none)."""
+        curve = self.survival.curve(agent, match_tokens)
+        return best_length(curve, self.step_costs, retrieved_tokens)
 
     def observe(self, agent: str, decision: LengthDecision, accept_length: int) -> None:
-        """Feed a verification outcome back (updates α_a in the "cap+scale" variant)."""
+        """Feed a verification outcome back (updates α_a in the "cap+scale" variant, the
+        acceptance survival in the "cost" variant)."""
+        if self.variant == "cost":
+            self.survival.observe(
+                agent,
+                decision.match_tokens,
+                drafted_tokens=decision.draft_tokens,
+                accepted_tokens=accept_length,
+            )
+            return
         if self.variant != "cap+scale" or self.scale is None:
             return
         self.scale.update(
