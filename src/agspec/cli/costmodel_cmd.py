@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,16 @@ def measure_profile(
     context = (seed_ids * (context_tokens // len(seed_ids) + 1))[:context_tokens]
     time_verification_step(llm, context, 1, repeats=1)  # warm-up: prefill + first pass
     n_tokens = list(range(1, max_tokens + 1))
-    step_ms = []
-    for n in n_tokens:
-        step_ms.append(round(time_verification_step(llm, context, n, repeats=repeats), 4))
+    # Rounds over every n, not n after n: a slow spell on a shared machine then spreads
+    # over all n (the median drops it) instead of bending one stretch of the curve.
+    samples: dict[int, list[float]] = {n: [] for n in n_tokens}
+    for r in range(repeats):
+        for n in n_tokens:
+            samples[n].append(time_verification_step(llm, context, n, repeats=1))
         if progress is not None:
-            progress(f"n={n}: {step_ms[-1]:.2f} ms")
+            progress(f"round {r + 1}/{repeats}: n=1 {samples[1][-1]:.2f} ms, "
+                     f"n={max_tokens} {samples[max_tokens][-1]:.2f} ms")  # fmt: skip
+    step_ms = [round(statistics.median(samples[n]), 4) for n in n_tokens]
     name = model if not str(model).endswith(".gguf") else Path(model).name
     return {
         "format": "agspec-cost-profile",
@@ -87,6 +93,7 @@ def measure_profile(
         "backend": "llama.cpp",
         "model": name,
         "device": f"cpu {platform.machine()} ({threads} threads)",
+        "build": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
         "context_tokens": context_tokens,
         "batch_sizes": {"1": {"n_tokens": n_tokens, "step_ms": step_ms}},
     }
