@@ -135,3 +135,14 @@ def test_record_cli_skips_recorded_sessions(
     assert "0 recorded, 1 already there" in capsys.readouterr().out
     assert cli_main(["record", "paginate", "leap-years", "-o", str(out), "--model", "/x.gguf"]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_record_cli_agspec_cost_needs_a_cost_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t.jsonl"
+    args = ["record", "paginate", "-o", str(out), "--drafter", "agspec-cost"]
+    assert cli_main(args) == 1
+    assert "needs --cost-model" in capsys.readouterr().err
+    assert cli_main([*args, "--cost-model", str(tmp_path / "missing.json")]) == 1
+    assert not out.exists()

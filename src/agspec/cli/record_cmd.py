@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict
+from typing import Any
 
 from agspec.pipeline.recorder import Recorder
 from agspec.pipeline.runner import SOURCE, CallLive, PipelineConfig, run_session
@@ -29,7 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("tasks", nargs="+", metavar="TASK", help="bundled task names, or all")
     parser.add_argument("-o", "--output", required=True, help="trace file (.jsonl)")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="pinned name or GGUF path")
-    parser.add_argument("--drafter", choices=("agspec", "none"), default="agspec")
+    parser.add_argument(
+        "--drafter",
+        choices=("agspec", "agspec-cost", "none"),
+        default="agspec",
+        help="agspec: the paper's length rule; agspec-cost: lengths from --cost-model "
+        "(faster on a CPU, docs/live.md); none: plain decoding",
+    )
+    parser.add_argument(
+        "--cost-model",
+        default=None,
+        help="for --drafter agspec-cost: a cost profile from `agspec costmodel measure` "
+        "(path) or a preset name",
+    )
     parser.add_argument("--max-turns", type=int, default=3, help="coder attempts per task")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="per coder call")
     parser.add_argument("--localizer-max-new-tokens", type=int, default=64)
@@ -54,6 +67,16 @@ def _record(args: argparse.Namespace) -> int:
         num_draft_tokens=args.num_draft_tokens,
         test_timeout_s=args.test_timeout,
     )
+    cost_model = None
+    if args.drafter == "agspec-cost":
+        if not args.cost_model:
+            raise ValueError(
+                "--drafter agspec-cost needs --cost-model (measure one with "
+                "`agspec costmodel measure --model MODEL -o cpu.json --threads N`)"
+            )
+        from agspec.replay.run import resolve_cost_model
+
+        cost_model = resolve_cost_model(args.cost_model, context_tokens=args.n_ctx)
     names = load_tasks(args.tasks)
     recorder = Recorder(args.output)
     todo = [n for n in names if f"{SOURCE}/{n}" not in recorder.done]
@@ -62,7 +85,7 @@ def _record(args: argparse.Namespace) -> int:
     if todo:
         path = resolve_model(args.model)
         llm = LlamaLLM(str(path), name=path.stem, n_ctx=args.n_ctx, n_threads=args.threads)
-        factory = _agspec_factory() if args.drafter == "agspec" else None
+        factory = _agspec_factory(args.drafter, cost_model) if args.drafter != "none" else None
         t0 = time.perf_counter()
         bar = tqdm(todo, desc="record", unit="task", disable=args.no_progress, file=sys.stderr)
         for name in bar:
@@ -100,13 +123,13 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agspec_factory():  # type: ignore[no-untyped-def]
+def _agspec_factory(variant: str, cost_model: Any):  # type: ignore[no-untyped-def]
     from agspec.drafter import VARIANTS, AgSpecServer
     from agspec.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer("qwen2.5")
 
     def factory() -> AgSpecServer:
-        return AgSpecServer(tokenizer=tokenizer, config=VARIANTS["agspec"])
+        return AgSpecServer(tokenizer=tokenizer, config=VARIANTS[variant], cost_model=cost_model)
 
     return factory
