@@ -261,3 +261,27 @@ def test_cost_mode_drafts_only_where_it_pays():
     assert long.propose(8) == toks("height):")
     long.accept(toks("height):"))  # wrong last token: 7 accepted + bonus
     assert server.lengths.survival.curve("coder", 17)[0] > 16 / 17  # learned from it
+
+
+def test_cost_mode_curves_survive_a_restart(tmp_path):
+    class Flat:
+        def step_cost(self, n_tokens: int, batch_size: int) -> float:
+            return 1.0 + 0.5 * (n_tokens - 1)
+
+        def step_time_ms(self, n_tokens: int, batch_size: int) -> float:
+            return self.step_cost(n_tokens, batch_size)
+
+    cfg = AgSpecConfig(use_global=False, length_mode="cost", cost_max_draft_tokens=8)
+    path = tmp_path / "curves.json"
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(), config=cfg, cost_model=Flat(), curves_path=path
+    )
+    sess = server.session("s")
+    run_call(sess.call("coder"), "\x00one", "abcdefgh abcdefgh abcdefgh")
+    server.end_session("s")
+    assert path.exists()
+    learned = server.lengths.survival._counts  # something was learned, not just the prior
+    assert any(agent == "coder" for agent, _ in learned)
+    again = AgSpecServer(tokenizer=CharTokenizer(), config=cfg, cost_model=Flat(), curves_path=path)
+    for m in (1, 2, 5, 9):
+        assert again.lengths.survival.curve("coder", m) == server.lengths.survival.curve("coder", m)

@@ -454,3 +454,47 @@ def test_cost_policy_errors() -> None:
         DraftLengthPolicy("cost", step_costs=[1.0, float("nan")])
     with pytest.raises(ValueError, match="finite"):
         DraftLengthPolicy("cost", step_costs=[1.0, -2.0])
+
+
+def test_match_survival_persists_and_survives_corruption(tmp_path: Path) -> None:
+    path = tmp_path / "curves.json"
+    s = length_mod.MatchSurvival(max_tokens=4)
+    s.observe("coder", 9, drafted_tokens=4, accepted_tokens=2)
+    s.observe("tester", 1, drafted_tokens=2, accepted_tokens=0)
+    s.save(path)
+    back = length_mod.MatchSurvival.load(path, max_tokens=4)
+    for agent, m in (("coder", 9), ("tester", 1), ("coder", 40)):
+        assert back.curve(agent, m) == pytest.approx(s.curve(agent, m))
+    # Missing: the prior, silently.
+    fresh = length_mod.MatchSurvival.load(tmp_path / "none.json", max_tokens=4)
+    assert fresh.curve("coder", 9) == pytest.approx(
+        length_mod.MatchSurvival(max_tokens=4).curve("coder", 9)
+    )
+    # Corrupt, truncated, another max_tokens, impossible counts: warned about, ignored.
+    text = path.read_text()
+    bad_docs = [
+        text[: len(text) // 2],
+        text.replace('"version": 1', '"version": 7'),
+        json.dumps(
+            {
+                **json.loads(text),
+                "curves": [
+                    {"agent": "a", "bucket": 1, "at_risk": [1, 1, 1, 1], "survived": [2, 1, 1, 1]}
+                ],
+            }
+        ),
+        json.dumps(
+            {
+                **json.loads(text),
+                "curves": [{"agent": "a", "bucket": 99, "at_risk": [1] * 4, "survived": [1] * 4}],
+            }
+        ),
+    ]
+    for bad in bad_docs:
+        path.write_text(bad)
+        with pytest.warns(RuntimeWarning, match="ignoring acceptance curves"):
+            got = length_mod.MatchSurvival.load(path, max_tokens=4)
+        assert got.curve("coder", 9) == pytest.approx(fresh.curve("coder", 9))
+    path.write_text(text)
+    with pytest.warns(RuntimeWarning, match="max_tokens"):
+        length_mod.MatchSurvival.load(path, max_tokens=8)

@@ -208,6 +208,7 @@ class AgSpecServer:
         name: str = "agspec",
         clock: Callable[[], float] = time.monotonic,
         cost_model: Any = None,
+        curves_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.name = name
         self.config = cfg = config or AgSpecConfig()
@@ -241,10 +242,19 @@ class AgSpecServer:
             batch_size=batch_size,
             static_tokens=cfg.static_length_tokens,
             step_costs=step_costs,
-            survival=MatchSurvival(
-                max_tokens=cfg.cost_max_draft_tokens, prior_weight=cfg.cost_prior_weight
+            survival=(
+                MatchSurvival.load(
+                    curves_path,
+                    max_tokens=cfg.cost_max_draft_tokens,
+                    prior_weight=cfg.cost_prior_weight,
+                )
+                if curves_path is not None
+                else MatchSurvival(
+                    max_tokens=cfg.cost_max_draft_tokens, prior_weight=cfg.cost_prior_weight
+                )
             ),
         )
+        self.curves_path = curves_path
         self.cost_mode = cfg.length_mode == "cost"
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
@@ -273,9 +283,13 @@ class AgSpecServer:
         self._history_docs += 1
 
     def save_scales(self) -> None:
-        """Writes the per-agent scales (atomically) so they survive a restart."""
+        """Writes what the server learned online (atomically) so it survives a restart:
+        the per-agent scales to `scales_path`, the acceptance curves of length_mode="cost"
+        to `curves_path` (each when given). Called at every `end_session`."""
         if self.scales_path is not None and self.lengths.scale is not None:
             self.lengths.scale.save(self.scales_path)
+        if self.curves_path is not None and self.cost_mode:
+            self.lengths.survival.save(self.curves_path)
 
     def session(self, session_id: str, *, emission_format: str = "none") -> AgSpecSession:
         if not isinstance(session_id, str) or not session_id:

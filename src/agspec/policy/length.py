@@ -61,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 CAPS_FORMAT = "agspec-caps"
 SCALES_FORMAT = "agspec-scales"
+CURVES_FORMAT = "agspec-acceptance-curves"
 VARIANTS = ("static", "match", "cap", "cap+scale", "cost")
 
 
@@ -510,6 +511,67 @@ class MatchSurvival:
         for i in range(a):
             survived[i] += 1.0
         self._curves.pop(key, None)
+
+    def to_json(self) -> str:
+        rows = [
+            {"agent": agent, "bucket": bucket, "at_risk": at_risk, "survived": survived}
+            for (agent, bucket), (at_risk, survived) in sorted(self._counts.items())
+        ]
+        doc = {
+            "format": CURVES_FORMAT,
+            "version": 1,
+            "max_tokens": self.max_tokens,
+            "prior_weight": self.prior_weight,
+            "curves": rows,
+        }
+        return json.dumps(doc) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Atomic: a crash mid-write leaves the previous file intact."""
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, max_tokens: int = 32, prior_weight: float = 4.0
+    ) -> MatchSurvival:
+        """Curves saved by `save`; a missing file starts from the prior. A corrupt file, or
+        one saved with another `max_tokens`, is reported (RuntimeWarning) and ignored."""
+        out = cls(max_tokens=max_tokens, prior_weight=prior_weight)
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != CURVES_FORMAT:
+                raise ValueError(f"format is not {CURVES_FORMAT!r}")
+            if doc.get("version") != 1:
+                raise ValueError(f"unsupported version {doc.get('version')!r}")
+            if doc.get("max_tokens") != max_tokens:
+                raise ValueError(
+                    f"saved with max_tokens={doc.get('max_tokens')!r}, this server uses "
+                    f"{max_tokens}"
+                )
+            counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+            for row in doc.get("curves", []):
+                agent, bucket = row["agent"], row["bucket"]
+                at_risk = [float(x) for x in row["at_risk"]]
+                survived = [float(x) for x in row["survived"]]
+                if not isinstance(agent, str) or not isinstance(bucket, int):
+                    raise ValueError("agent must be a str and bucket an int")
+                if not 0 <= bucket < MATCH_BUCKETS:
+                    raise ValueError(f"bucket {bucket} outside [0, {MATCH_BUCKETS})")
+                if len(at_risk) != max_tokens or len(survived) != max_tokens:
+                    raise ValueError(f"curve of {agent!r} has the wrong length")
+                if any(not (0 < h <= n and math.isfinite(n)) for n, h in zip(at_risk, survived)):
+                    raise ValueError(f"curve of {agent!r}: counts outside 0 < survived <= at risk")
+                counts[(agent, bucket)] = (at_risk, survived)
+            out._counts = counts
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            warnings.warn(
+                f"ignoring acceptance curves file {p}: {exc}", RuntimeWarning, stacklevel=2
+            )
+            logger.warning("ignoring acceptance curves file %s: %s", p, exc)
+        return out
 
 
 def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int) -> int:
