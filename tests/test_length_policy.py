@@ -498,3 +498,76 @@ def test_match_survival_persists_and_survives_corruption(tmp_path: Path) -> None
     path.write_text(text)
     with pytest.warns(RuntimeWarning, match="max_tokens"):
         length_mod.MatchSurvival.load(path, max_tokens=8)
+
+
+def _interp_oracle(costs: list[float], y: float) -> float:
+    if y <= 0:
+        return costs[0]
+    i = min(int(y), len(costs) - 2)
+    return costs[i] + (costs[i + 1] - costs[i]) * (y - i)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12).map(
+        lambda ps: [math.prod(ps[: k + 1]) for k in range(len(ps))]
+    ),
+    st.lists(st.floats(0.0, 3.0), min_size=1, max_size=14),
+    st.integers(0, 15),
+    st.integers(2, 64),
+    st.floats(0.0, 12.0),
+    st.floats(1.0, 12.0),
+)
+def test_best_length_in_batch_is_the_brute_force_argmax(
+    curve: list[float],
+    steps: list[float],
+    limit: int,
+    batch: int,
+    mean_draft: float,
+    mean_committed: float,
+) -> None:
+    costs = [1.0]
+    for d in steps:  # non-decreasing costs, as a batch's are
+        costs.append(costs[-1] + d)
+    got = length_mod.best_length_in_batch(
+        curve, costs, limit, batch_size=batch, mean_draft=mean_draft,
+        mean_committed=mean_committed,
+    )  # fmt: skip
+    top = min(limit, len(curve), len(costs) - 1)
+    x0 = mean_draft * (batch - 1) / batch
+    rho = batch * mean_committed / _interp_oracle(costs, mean_draft)
+    values = [
+        sum(curve[:n]) - rho * (_interp_oracle(costs, x0 + n / batch) - _interp_oracle(costs, x0))
+        for n in range(top + 1)
+    ]
+    assert 0 <= got <= top
+    assert values[got] >= max(values) - 1e-9
+
+
+def test_batch_rule_drafts_longer_than_pricing_the_whole_batch() -> None:
+    """At B = 16 one request's draft moves the step's mean by L/16: pricing it as if all
+    16 drafted L (the B = 1 rule on step_cost(n, 16)) drafts shorter."""
+    costs = [1.0 + 0.2 * n for n in range(33)]  # a batch that is already compute-bound
+    curve = [0.9**k for k in range(1, 33)]
+    whole = length_mod.best_length(curve, costs, 32)
+    mine = length_mod.best_length_in_batch(
+        curve, costs, 32, batch_size=16, mean_draft=whole, mean_committed=3.0
+    )
+    assert mine > whole
+
+
+def test_cost_policy_tracks_the_batch() -> None:
+    costs = [1.0 + 0.1 * n for n in range(17)]
+    pol = DraftLengthPolicy("cost", step_costs=costs, batch_size=16)
+    assert (pol.mean_draft, pol.mean_committed) == (0.0, 1.0)
+    for _ in range(2000):
+        pol.note_step(8, 5)
+    assert pol.mean_draft == pytest.approx(8.0, abs=0.01)
+    assert pol.mean_committed == pytest.approx(5.0, abs=0.01)
+    # A long match for an agent with no history: the batch rule decides, not the ratio.
+    n = pol.cost_length("coder", 20, 16)
+    curve = pol.survival.curve("coder", 20)
+    assert n == length_mod.best_length_in_batch(
+        curve, pol.step_costs, 16, batch_size=16, mean_draft=pol.mean_draft,
+        mean_committed=pol.mean_committed,
+    )  # fmt: skip

@@ -256,6 +256,7 @@ class AgSpecServer:
         )
         self.curves_path = curves_path
         self.cost_mode = cfg.length_mode == "cost"
+        self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._clock = clock
         # Hot-path lookups, computed once.
@@ -509,9 +510,12 @@ class AgSpecCall:
             raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
+        lengths = self.session.server.lengths
         if self._decision is not None and draft:
             accepted = accept_length(draft, committed)
-            self.session.server.lengths.observe(self.agent, self._decision, accepted)
+            lengths.observe(self.agent, self._decision, accepted)
+        if self.session.server.batch_cost_mode:
+            lengths.note_step(len(draft), n)
         self._draft, self._decision = [], None
         # Checked above: hand the list to the native objects directly (hot path).
         for cur in self._cursors.values():

@@ -52,6 +52,7 @@ __all__ = [
     "LengthDecision",
     "MatchSurvival",
     "best_length",
+    "best_length_in_batch",
     "match_bucket",
     "VARIANTS",
     "atomic_write_text",
@@ -63,6 +64,7 @@ CAPS_FORMAT = "agspec-caps"
 SCALES_FORMAT = "agspec-scales"
 CURVES_FORMAT = "agspec-acceptance-curves"
 VARIANTS = ("static", "match", "cap", "cap+scale", "cost")
+BATCH_EMA = 0.01  # weight of one step in the running batch means of variant "cost"
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -593,6 +595,57 @@ def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int)
     return best
 
 
+def _interp(costs: Sequence[float], y: float) -> float:
+    """costs[n] at a fractional n (linear between points; the last slope beyond)."""
+    if y <= 0:
+        return costs[0]
+    i = min(int(y), len(costs) - 2)
+    return costs[i] + (costs[i + 1] - costs[i]) * (y - i)
+
+
+def best_length_in_batch(
+    curve: Sequence[float],
+    step_costs: Sequence[float],
+    limit: int,
+    *,
+    batch_size: int,
+    mean_draft: float,
+    mean_committed: float,
+) -> int:
+    """The draft length of one request among `batch_size` that share a step.
+
+    In a ragged batch the step's cost follows the mean draft over the requests:
+    C(x) = step_costs at 1 + x tokens per request (step_costs[n-1] is the cost of n, all
+    requests alike, C(0) = 1). This request moves the mean by L / B, so its draft costs
+    Δ(L) = C(x0 + L/B) − C(x0), x0 = mean_draft·(B−1)/B (the others), and is worth what it
+    adds to the batch's committed tokens at the batch's current rate
+    ρ = B·mean_committed / C(mean_draft) tokens per unit cost:
+        L* = argmax over L in [0, limit] of  E(L) − ρ·Δ(L),   E(L) = Σ_{k≤L} curve[k-1].
+    At B = 1 this is the Dinkelbach form of `best_length`'s ratio (the same argmax once ρ
+    is the best rate); `best_length` is used there, as it needs no running state.
+
+    >>> flat = [1.0 + 0.01 * n for n in range(17)]       # memory-bound: drafts are cheap
+    >>> best_length_in_batch([0.5**k for k in range(1, 17)], flat, 16, batch_size=16,
+    ...                      mean_draft=4.0, mean_committed=3.0)   # ρ = 48 / 1.04
+    5
+
+    Each token adds 0.01/16 to the cost, worth ρ·0.01/16 = 0.029 tokens: 0.5^5 = 0.031 is
+    above that, 0.5^6 = 0.016 below.
+    """
+    b = float(batch_size)
+    limit = min(limit, len(curve), len(step_costs) - 1)
+    x0 = mean_draft * (b - 1.0) / b
+    base = _interp(step_costs, x0)
+    rho = b * mean_committed / _interp(step_costs, mean_draft)
+    best, best_value, expected = 0, 0.0, 0.0
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected - rho * (_interp(step_costs, x0 + n / b) - base)
+        if value > best_value:
+            best, best_value = n, value
+    return best
+
+
 # --------------------------------------------------------------------------- policy
 @dataclass(frozen=True)
 class LengthDecision:
@@ -651,6 +704,8 @@ class DraftLengthPolicy:
                 raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
             self.step_costs: list[float] = [c / costs[0] for c in costs]
             self.survival = survival or MatchSurvival(max_tokens=len(costs) - 1)
+            # Running batch state for `best_length_in_batch` (start: no drafts, 1 token).
+            self.mean_draft, self.mean_committed = 0.0, 1.0
         else:
             self.step_costs = []
             self.survival = survival or MatchSurvival()
@@ -700,9 +755,30 @@ class DraftLengthPolicy:
         return LengthDecision(length, cap, censored, match_tokens)
 
     def cost_length(self, agent: str, match_tokens: int, retrieved_tokens: int) -> int:
-        """Variant "cost": how many of the `retrieved_tokens` to draft (0: none)."""
+        """Variant "cost": how many of the `retrieved_tokens` to draft (0: none).
+
+        Batch size 1: `best_length`. Larger batches: `best_length_in_batch`, priced at the
+        batch's running mean draft and committed tokens per step (`note_step`).
+        """
         curve = self.survival.curve(agent, match_tokens)
-        return best_length(curve, self.step_costs, retrieved_tokens)
+        if self.batch_size == 1:
+            return best_length(curve, self.step_costs, retrieved_tokens)
+        return best_length_in_batch(
+            curve,
+            self.step_costs,
+            retrieved_tokens,
+            batch_size=self.batch_size,
+            mean_draft=self.mean_draft,
+            mean_committed=self.mean_committed,
+        )
+
+    def note_step(self, drafted_tokens: int, committed_tokens: int) -> None:
+        """Every verification step of every request, drafted or not (variant "cost" at
+        batch size > 1 keeps running means of the draft length and committed tokens:
+        an exponential average over the last ~1/`BATCH_EMA` steps)."""
+        w = BATCH_EMA
+        self.mean_draft += w * (drafted_tokens - self.mean_draft)
+        self.mean_committed += w * (committed_tokens - self.mean_committed)
 
     def observe(self, agent: str, decision: LengthDecision, accept_length: int) -> None:
         """Feed a verification outcome back (updates α_a in the "cap+scale" variant, the
