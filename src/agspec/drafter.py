@@ -475,8 +475,14 @@ class AgSpecCall:
         want = server.lengths.draft_length(
             self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
         ).draft_tokens
-        draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
         if server.cost_mode:
+            # The best length over [0, want] bounds the one over [0, retrieved]; when it is
+            # 0 (most short matches on a CPU), skip the continuation altogether.
+            want = server.lengths.cost_length(self.agent, m, want)
+            if want == 0:
+                return []
+        draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
+        if server.cost_mode and len(draft) < want:
             draft = draft[: server.lengths.cost_length(self.agent, m, len(draft))]
             if not draft:
                 return []
