@@ -273,3 +273,48 @@ def test_costmodel_measure_writes_a_profile_the_cost_model_reads(model_path, tmp
         cli_main(["costmodel", "measure", "--model", model_path, "-o", str(out), "--repeats", "0"])
         == 1
     )
+
+
+class _LlamaTokenizer:
+    """What AgSpecServer needs of a tokenizer, from the model's own vocabulary."""
+
+    im_start_id = None
+
+    def __init__(self, llm) -> None:
+        self._llm = llm
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._llm.tokenize(text.encode(), add_bos=False))
+
+
+@pytest.mark.parametrize("variant", ["agspec", "agspec-cost"])
+def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None:
+    """The real AgSpec drafter inside the own loop: a session whose second call retries
+    the first (what agents do after a failed attempt). Both calls give plain greedy's
+    output (up to near-ties), and the retry is drafted from the session: most of its
+    tokens arrive as accepted draft tokens, in fewer steps than tokens."""
+    from agspec.costmodel import get_cost_model
+    from agspec.drafter import VARIANTS, AgSpecServer
+
+    cost = get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured")
+    server = AgSpecServer(tokenizer=_LlamaTokenizer(llm), config=VARIANTS[variant], cost_model=cost)
+    flips = accepted = produced = steps = 0
+    for k, text in enumerate(agent_prompts(8)):
+        prompt = llm.tokenize(text.encode())
+        llm.reset()
+        reference = generate(llm, prompt, None, 32).tokens
+        session = server.session(f"s{k}")
+        first = generate(llm, prompt, session.call("coder", "code", 1), 32)
+        flips += compare(llm, prompt, reference, first.tokens)
+        retry = generate(llm, prompt, session.call("coder", "code", 2), 32)
+        flips += compare(llm, prompt, reference, retry.tokens)
+        session.end()
+        if retry.tokens == first.tokens:
+            accepted += retry.num_accepted_tokens
+            produced += len(retry.tokens)
+            steps += len(retry.steps)
+    print(f"\n{variant} in the loop: {flips} near-tie flips, retries: {accepted} of "
+          f"{produced} tokens from accepted drafts in {steps} steps")  # fmt: skip
+    assert produced > 0
+    assert accepted >= 0.6 * produced
+    assert steps < 0.5 * produced
