@@ -90,6 +90,16 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
+def _read_state_file(path: Path, fmt: str) -> dict[str, Any]:
+    """A JSON state file of format `fmt`, version 1; ValueError (or OSError) otherwise."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise ValueError(f"format is not {fmt!r}")
+    if doc.get("version") != 1:
+        raise ValueError(f"unsupported version {doc.get('version')!r}")
+    return doc
+
+
 def _check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -409,11 +419,7 @@ class OnlineScale:
         p = Path(path)
         scales: dict[str, float] = {}
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-            if not isinstance(doc, dict) or doc.get("format") != SCALES_FORMAT:
-                raise ValueError(f"format is not {SCALES_FORMAT!r}")
-            if doc.get("version") != 1:
-                raise ValueError(f"unsupported version {doc.get('version')!r}")
+            doc = _read_state_file(p, SCALES_FORMAT)
             raw = doc.get("scales")
             if not isinstance(raw, dict):
                 raise ValueError("'scales' must be an object")
@@ -541,11 +547,7 @@ class MatchSurvival:
         out = cls(max_tokens=max_tokens, prior_weight=prior_weight)
         p = Path(path)
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-            if not isinstance(doc, dict) or doc.get("format") != CURVES_FORMAT:
-                raise ValueError(f"format is not {CURVES_FORMAT!r}")
-            if doc.get("version") != 1:
-                raise ValueError(f"unsupported version {doc.get('version')!r}")
+            doc = _read_state_file(p, CURVES_FORMAT)
             if doc.get("max_tokens") != max_tokens:
                 raise ValueError(
                     f"saved with max_tokens={doc.get('max_tokens')!r}, this server uses "
