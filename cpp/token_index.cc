@@ -403,6 +403,17 @@ std::vector<Token> TokenIndex::tokens_after(uint32_t pos, size_t max_tokens) con
   return std::vector<Token>(toks.begin() + begin, toks.begin() + end);
 }
 
+void TokenIndex::prefetch_position(uint32_t pos) const {
+  __builtin_prefetch(pos_doc_.data() + pos);
+  __builtin_prefetch(pos_off_.data() + pos);
+}
+
+void TokenIndex::prefetch_next_tokens(uint32_t pos) const {
+  const auto& toks = docs_[pos_doc_[pos]].tokens;
+  const size_t begin = pos_off_[pos] + 1;
+  if (begin < toks.size()) __builtin_prefetch(toks.data() + begin);
+}
+
 void TokenIndex::next_tokens(uint32_t pos, Token* out, size_t max_tokens) const {
   const auto& toks = docs_[pos_doc_[pos]].tokens;
   const size_t begin = pos_off_[pos] + 1;
@@ -820,6 +831,11 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
   Group groups[64];
   size_t num_groups = 0;
   const size_t considered = std::min<size_t>(positions.size(), 64);
+  // The occurrences are random places in a large index: fetch their (document, offset)
+  // entries, then their tokens, all at once, so the cache misses overlap instead of
+  // queueing one behind the other.
+  for (size_t i = 0; i < considered; ++i) idx->prefetch_position(positions[i]);
+  for (size_t i = 0; i < considered; ++i) idx->prefetch_next_tokens(positions[i]);
   for (size_t i = 0; i < considered; ++i) {
     Token key[3] = {-1, -1, -1};
     idx->next_tokens(positions[i], key, 3);

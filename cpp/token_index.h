@@ -106,6 +106,9 @@ class TokenIndex {
   Occurrence occurrence(uint32_t pos) const;
   // Copies up to max_tokens tokens after position pos into out (no allocation).
   void next_tokens(uint32_t pos, Token* out, size_t max_tokens) const;
+  // Cache hints for a batch of positions (no effect on results).
+  void prefetch_position(uint32_t pos) const;
+  void prefetch_next_tokens(uint32_t pos) const;
   // Tokens after position pos in its document, at most max_tokens.
   std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
   // Length of the common suffix of `tail` (last element = most recent) and the
