@@ -149,3 +149,25 @@ def test_markdown_report_has_one_table_per_source(tmp_path: Path) -> None:
     text = format_markdown(entries)
     assert text.count("| drafter |") == 2 and "**src1**" in text and "**src2**" in text
     assert "| oracle | 4.50 | 4.00 | 4.50x | " in text  # src1: 9 tokens, 2 steps, 8 accepted
+
+
+def test_a_profile_without_the_batch_size_is_warned_about(tmp_path: Path) -> None:
+    from agspec.costmodel import ProfileCostModel
+
+    profile = ProfileCostModel.from_dict(
+        {
+            "format": "agspec-cost-profile",
+            "version": 1,
+            "backend": "llama.cpp",
+            "model": "m",
+            "device": "cpu",
+            "context_tokens": 512,
+            "batch_sizes": {"1": {"n_tokens": [1, 2, 4], "step_ms": [10.0, 20.0, 30.0]}},
+        }
+    )
+    config = RunConfig(drafters=("ar",), batch_sizes=(1, 16))
+    with pytest.warns(RuntimeWarning, match="no curve for batch size 16"):
+        run_replay(
+            _sessions()[:2], config, tmp_path, tokenizer=None,
+            cost_model_for=lambda ctx: profile, progress=False,
+        )  # fmt: skip

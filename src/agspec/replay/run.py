@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -316,6 +317,17 @@ def run_replay(
             sum(len(c.prompt_ids) for s in group for c in s.calls) / max(num_calls, 1)
         )
         cost_model = cost_model_for(context_tokens)
+        measured = getattr(cost_model, "batch_sizes", None)
+        if isinstance(measured, tuple) and measured:
+            for b in config.batch_sizes:
+                if b not in measured:
+                    near = min(measured, key=lambda m: (abs(m - b), m))
+                    msg = (
+                        f"{source}: the cost profile has no curve for batch size {b} "
+                        f"(measured: {list(measured)}); batch size {b} is priced by "
+                        f"interpolating or by the nearest curve ({near}), which is a guess"
+                    )
+                    warnings.warn(msg, RuntimeWarning, stacklevel=2)
         step_ms = decode_step_ms_of(cost_model, config.decode_step_ms)
         cost_models[source] = (cost_model, step_ms)
         sources_info[source] = {
