@@ -5,8 +5,8 @@ sessions.
 
 The model is Qwen2.5-Coder-0.5B-Instruct loaded from the same GGUF file the llama.cpp
 benchmarks use (`agspec models fetch qwen2.5-coder-0.5b-instruct`): transformers
-dequantizes it to float32 (needs the `gguf` and `accelerate` packages), so this is the
-same network as on llama.cpp with a different kernel library and precision.
+dequantizes it to float32 (`pip install -e ".[transformers-gguf]"`: gguf, accelerate),
+so this is the same network as on llama.cpp with another kernel library and precision.
 
 Before the measured methods, the script times one forward pass verifying n = 1..33 tokens
 after a 1024-token context and writes it as an `agspec-cost-profile` (the cost model
