@@ -224,11 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = get_tokenizer("qwen2.5")
     drafters = [d for d in args.drafters.split(",") if d]
 
+    from agspec.costmodel import ProfileCostModel
+
     cost_model = None
     if args.cost_profile:
-        from agspec.costmodel import ProfileCostModel
-
         cost_model = ProfileCostModel.load(args.cost_profile)
+    elif any("cost" in d for d in drafters):
+        # A drafter that needs the backend's cost profile and none given: measure it here
+        # (the same measurement as `agspec costmodel measure`, about half a minute).
+        from agspec.cli.costmodel_cmd import measure_profile
+
+        print("no --cost-profile: measuring this backend's verification cost", file=sys.stderr)
+        profile = measure_profile(
+            args.model, max_tokens=args.num_draft_tokens + 1, context_tokens=1024,
+            repeats=3, threads=args.threads,
+        )  # fmt: skip
+        cost_model = ProfileCostModel.from_dict(profile, source="measured by this run")
 
     def server(name: str) -> Any:
         return make_server(
