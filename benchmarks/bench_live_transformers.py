@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -47,34 +46,6 @@ def load_model(gguf: Path, threads: int) -> Any:
     )
     model.eval()
     return model
-
-
-def measure_profile(model: Any, max_tokens: int, context: int, repeats: int) -> dict[str, Any]:
-    """Median ms of one forward pass over n new tokens after `context` cached tokens."""
-    import torch
-
-    filler = torch.full((1, context), 220, dtype=torch.long)
-    samples: dict[int, list[float]] = {n: [] for n in range(1, max_tokens + 1)}
-    with torch.no_grad():
-        cache = model(filler, use_cache=True).past_key_values
-        for _ in range(repeats):
-            for n in samples:
-                t = time.perf_counter()
-                model(torch.full((1, n), 220, dtype=torch.long), past_key_values=cache)
-                samples[n].append((time.perf_counter() - t) * 1000.0)
-                cache.crop(-n)  # drop the n tokens just added
-    ns = sorted(samples)
-    return {
-        "format": "agspec-cost-profile",
-        "version": 1,
-        "backend": "transformers (float32, CPU)",
-        "model": "qwen2.5-coder-0.5b-instruct (dequantized GGUF)",
-        "device": f"cpu ({torch.get_num_threads()} threads)",
-        "context_tokens": context,
-        "batch_sizes": {
-            "1": {"n_tokens": ns, "step_ms": [round(statistics.median(samples[n]), 3) for n in ns]}
-        },
-    }
 
 
 def timed(generate: Any, ids: Any, **kwargs: Any) -> tuple[list[int], float]:
@@ -111,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agspec.adapters.transformers import generate_with_drafter
+    from agspec.adapters.transformers import generate_with_drafter, measure_cost_profile
     from agspec.costmodel import ProfileCostModel
     from agspec.models import resolve_model
     from agspec.replay.registry import make_server
@@ -119,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     from agspec.traces import render_call
 
     model = load_model(resolve_model("qwen2.5-coder-0.5b-instruct"), args.threads)
-    profile = measure_profile(model, args.num_draft_tokens + 17, 1024, args.profile_repeats)
+    profile = measure_cost_profile(
+        model,
+        max_tokens=args.num_draft_tokens + 17,
+        context_tokens=1024,
+        repeats=args.profile_repeats,
+        model_name="qwen2.5-coder-0.5b-instruct (dequantized GGUF)",
+    )
     steps = profile["batch_sizes"]["1"]["step_ms"]
     print(
         "verification cost, x one decode step: "

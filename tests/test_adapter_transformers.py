@@ -146,3 +146,35 @@ def test_bad_input_is_rejected(model) -> None:
         )
     with pytest.raises(ValueError, match="num_draft_tokens"):
         DrafterCandidateGenerator(PromptLookupDrafter(PLD_HF), num_draft_tokens=0, max_length=10)
+
+
+def test_costmodel_measure_on_transformers(model, tmp_path) -> None:
+    """`agspec costmodel measure --backend transformers` on a saved model folder writes a
+    profile the cost model reads; the function behind it times every n."""
+    from agspec.adapters.transformers import measure_cost_profile
+    from agspec.cli import main as cli_main
+    from agspec.costmodel import ProfileCostModel
+
+    profile = measure_cost_profile(model, max_tokens=4, context_tokens=8, repeats=2)
+    curve = profile["batch_sizes"]["1"]
+    assert curve["n_tokens"] == [1, 2, 3, 4] and all(ms > 0 for ms in curve["step_ms"])
+    assert ProfileCostModel.from_dict(profile).step_cost(1, 1) == 1.0
+
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    out = tmp_path / "tf.json"
+    args = ["costmodel", "measure", "--backend", "transformers", "--model", str(folder),
+            "-o", str(out), "--max-tokens", "3", "--context-tokens", "8", "--repeats", "1",
+            "--threads", "1"]  # fmt: skip
+    assert cli_main(args) == 0
+    loaded = ProfileCostModel.load(out)
+    assert loaded.batch_sizes == (1,)
+    assert json_field(out, "backend") == "transformers (float32)"
+    with pytest.raises(ValueError, match="must be >= 1"):
+        measure_cost_profile(model, max_tokens=0)
+
+
+def json_field(path, key):
+    import json
+
+    return json.loads(path.read_text())[key]

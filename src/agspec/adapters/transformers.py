@@ -186,3 +186,45 @@ def generate_with_drafter(
     finally:
         generator.finish()
     return sequences, generator.stats
+
+
+def measure_cost_profile(
+    model: Any,
+    *,
+    max_tokens: int = 32,
+    context_tokens: int = 1024,
+    repeats: int = 3,
+    model_name: str = "",
+    progress: Any = None,
+) -> dict[str, Any]:
+    """An `agspec-cost-profile` for `model` on this machine: the median wall time of one
+    forward pass verifying n = 1..`max_tokens` tokens after `context_tokens` cached
+    tokens (batch 1), in rounds over every n so a slow spell spreads over all of them."""
+    torch, _ = _import_torch_transformers()
+    if max_tokens < 1 or repeats < 1 or context_tokens < 1:
+        raise ValueError("max_tokens, repeats and context_tokens must be >= 1")
+    filler_id = 220 if model.config.vocab_size > 220 else 0
+    samples: dict[int, list[float]] = {n: [] for n in range(1, max_tokens + 1)}
+    with torch.no_grad():
+        ctx = torch.full((1, context_tokens), filler_id, dtype=torch.long)
+        cache = model(ctx, use_cache=True).past_key_values
+        for r in range(repeats):
+            for n in samples:
+                t = time.perf_counter()
+                model(torch.full((1, n), filler_id, dtype=torch.long), past_key_values=cache)
+                samples[n].append((time.perf_counter() - t) * 1000.0)
+                cache.crop(-n)  # drop the n tokens just added
+            if progress is not None:
+                progress(f"round {r + 1}/{repeats}: n=1 {samples[1][-1]:.2f} ms")
+    ns = sorted(samples)
+    step_ms = [round(sorted(samples[n])[len(samples[n]) // 2], 4) for n in ns]
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    return {
+        "format": "agspec-cost-profile",
+        "version": 1,
+        "backend": f"transformers ({dtype})",
+        "model": model_name or type(model).__name__,
+        "device": f"cpu ({torch.get_num_threads()} threads)",
+        "context_tokens": context_tokens,
+        "batch_sizes": {"1": {"n_tokens": ns, "step_ms": step_ms}},
+    }

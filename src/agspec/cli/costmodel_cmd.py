@@ -1,4 +1,6 @@
-"""`agspec costmodel measure --model NAME -o profile.json`: time verification on llama.cpp.
+"""`agspec costmodel measure --model NAME -o profile.json`: time verification on llama.cpp
+(default) or, with `--backend transformers`, on a transformers model (a model folder, or a
+GGUF file that transformers dequantizes).
 
 For n = 1 … `--max-tokens` it times one forward pass that evaluates n tokens after a
 `--context-tokens` context (median of `--repeats`, KV cache rolled back after each pass)
@@ -28,9 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("costmodel", help="measure verification cost profiles")
     sub = parser.add_subparsers(dest="costmodel_command", metavar="ACTION", required=True)
     measure = sub.add_parser(
-        "measure", help="time one verification step for n = 1..N tokens on llama.cpp"
+        "measure", help="time one verification step for n = 1..N tokens on a local backend"
     )
-    measure.add_argument("--model", required=True, help="pinned model name or a .gguf path")
+    measure.add_argument(
+        "--model",
+        required=True,
+        help="pinned model name or a .gguf path (transformers: also a model folder)",
+    )
+    measure.add_argument(
+        "--backend",
+        choices=("llama.cpp", "transformers"),
+        default="llama.cpp",
+        help="the engine to time (default llama.cpp)",
+    )
     measure.add_argument("-o", "--output", required=True, help="profile JSON to write")
     measure.add_argument("--max-tokens", type=int, default=32, help="largest n (default 32)")
     measure.add_argument(
@@ -99,8 +111,49 @@ def measure_profile(
     }
 
 
+def measure_transformers_profile(
+    model: str,
+    *,
+    max_tokens: int = 32,
+    context_tokens: int = 512,
+    repeats: int = 5,
+    threads: int = 2,
+    cache_dir: str | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """The profile of a transformers model: a model folder, or a GGUF (pinned name or
+    path) that transformers dequantizes to float32 (needs `gguf` and `accelerate`)."""
+    from agspec.adapters.transformers import _import_torch_transformers, measure_cost_profile
+    from agspec.models import resolve_model
+
+    torch, _ = _import_torch_transformers()  # a clear ImportError when absent
+    import transformers
+
+    if max_tokens < 1 or repeats < 1 or threads < 1 or context_tokens < 1:
+        raise ValueError("--max-tokens, --repeats, --threads, --context-tokens must be >= 1")
+    torch.set_num_threads(threads)
+    auto = transformers.AutoModelForCausalLM
+    if Path(model).is_dir():
+        loaded = auto.from_pretrained(model, dtype=torch.float32)
+        name = Path(model).name
+    else:
+        gguf = resolve_model(model, cache_dir)
+        loaded = auto.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        name = gguf.name
+    loaded.eval()
+    return measure_cost_profile(
+        loaded,
+        max_tokens=max_tokens,
+        context_tokens=context_tokens,
+        repeats=repeats,
+        model_name=name,
+        progress=progress,
+    )
+
+
 def _measure(args: argparse.Namespace) -> int:
-    profile = measure_profile(
+    measure = measure_profile if args.backend == "llama.cpp" else measure_transformers_profile
+    profile = measure(
         args.model,
         max_tokens=args.max_tokens,
         context_tokens=args.context_tokens,
