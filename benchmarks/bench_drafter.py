@@ -113,7 +113,7 @@ def main() -> None:
     results = {}
     cm = get_cost_model(args.cost_model, context_tokens=16384)
     config = replace(VARIANTS[args.variant], break_even_prob=break_even_accept_prob(cm, 1))
-    agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=config)
+    agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=config, cost_model=cm)
     suffix = make_family("suffix-64", global_docs=[d.tolist() for d in docs[:2000]], tokenizer=tok)
     for name, server in ((args.variant, agspec), ("suffix-64", suffix)):
         steps, total_ns, out_tokens, acc = replay(server, replayed, tok, args.max_draft)
