@@ -159,6 +159,13 @@ VARIANTS: dict[str, AgSpecConfig] = {
     # Length from the cost profile and learned acceptance curves (no cap, no α, no gate):
     # drafts only where the expected tokens per unit of step cost beat plain decoding.
     "agspec-cost": AgSpecConfig(length_mode="cost"),
+    "agspec-cost-plus": AgSpecConfig(
+        length_mode="cost",
+        session_rule="recent",
+        global_rule="recent",
+        history_rule="recent",
+        use_history=True,
+    ),
     "agspec-plus": AgSpecConfig(
         session_rule="recent",
         global_rule="recent",
