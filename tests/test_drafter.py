@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agspec.corpora import GlobalCorpus
-from agspec.drafter import AgSpecConfig, AgSpecServer, choose_source
+from agspec.drafter import VARIANTS, AgSpecConfig, AgSpecServer, choose_source
 from agspec.policy.length import ProfiledCap
 
 
@@ -285,3 +285,27 @@ def test_cost_mode_curves_survive_a_restart(tmp_path):
     again = AgSpecServer(tokenizer=CharTokenizer(), config=cfg, cost_model=Flat(), curves_path=path)
     for m in (1, 2, 5, 9):
         assert again.lengths.survival.curve("coder", m) == server.lengths.survival.curve("coder", m)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_copies_a_retry(variant):
+    """Each named variant, on a session whose second call repeats the first answer (and
+    shows it in its prompt, as agent transcripts do), drafts most of the repeat."""
+    if VARIANTS[variant].engine == "suffix-tree":
+        pytest.importorskip("arctic_inference", reason="arctic-inference is not installed")
+
+    class Flat:  # verification nearly free, as on a GPU at batch 1
+        def step_cost(self, n_tokens: int, batch_size: int) -> float:
+            return 1.0 + 0.01 * (n_tokens - 1)
+
+        def step_time_ms(self, n_tokens: int, batch_size: int) -> float:
+            return self.step_cost(n_tokens, batch_size)
+
+    answer = "def area(width, height):\n    return width * height\n"
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=VARIANTS[variant], cost_model=Flat())
+    sess = server.session("s")
+    run_call(sess.call("coder", "code", 1), "\x00write area", answer)
+    steps = run_call(sess.call("coder", "code", 2), "\x00write area" + answer + "\x00again", answer)
+    accepted = sum(a for _, _, a in steps)
+    assert accepted >= len(answer) // 2, (variant, accepted, len(steps))
+    assert len(steps) < len(answer) // 2
