@@ -40,8 +40,10 @@ def record(name: str, args: argparse.Namespace) -> float:
     out = Path(args.out_dir) / f"{name}.jsonl"
     cmd = [sys.executable, "-m", "agspec", "record", *args.tasks, "-o", str(out),
            "--drafter", name, "--threads", str(args.threads), "--no-progress"]  # fmt: skip
-    if name == "agspec-cost":
+    if name.startswith("agspec-cost"):
         cmd += ["--cost-model", args.cost_model]
+        if args.learn_across_sessions:
+            cmd += ["--curves", str(Path(args.out_dir) / f"{name}.curves.json")]
     t = time.perf_counter()
     subprocess.run(cmd, check=True)
     return time.perf_counter() - t
@@ -92,13 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafters", default="none,agspec,agspec-cost")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cost-model", default=None, help="profile for agspec-cost")
+    ap.add_argument(
+        "--learn-across-sessions",
+        action="store_true",
+        help="agspec-cost keeps its acceptance curves from session to session (--curves)",
+    )
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--out", default=None, help="write the results as JSON")
     args = ap.parse_args(argv)
     names = [d for d in args.drafters.split(",") if d]
     if "none" not in names:
         names.insert(0, "none")
-    if "agspec-cost" in names and not args.cost_model:
+    if any(n.startswith("agspec-cost") for n in names) and not args.cost_model:
         ap.error("agspec-cost needs --cost-model (agspec costmodel measure)")
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     for name in names:

@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="for --drafter agspec-cost: a cost profile from `agspec costmodel measure` "
         "(path) or a preset name",
     )
+    parser.add_argument(
+        "--curves",
+        default=None,
+        help="for --drafter agspec-cost: keep its learned acceptance curves in this file, "
+        "so each session starts from what the earlier ones learned",
+    )
     parser.add_argument("--max-turns", type=int, default=3, help="coder attempts per task")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="per coder call")
     parser.add_argument("--localizer-max-new-tokens", type=int, default=64)
@@ -85,7 +91,11 @@ def _record(args: argparse.Namespace) -> int:
     if todo:
         path = resolve_model(args.model)
         llm = LlamaLLM(str(path), name=path.stem, n_ctx=args.n_ctx, n_threads=args.threads)
-        factory = _agspec_factory(args.drafter, cost_model) if args.drafter != "none" else None
+        factory = (
+            _agspec_factory(args.drafter, cost_model, args.curves)
+            if args.drafter != "none"
+            else None
+        )
         t0 = time.perf_counter()
         bar = tqdm(todo, desc="record", unit="task", disable=args.no_progress, file=sys.stderr)
         for name in bar:
@@ -123,13 +133,18 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agspec_factory(variant: str, cost_model: Any):  # type: ignore[no-untyped-def]
+def _agspec_factory(variant: str, cost_model: Any, curves: str | None):  # type: ignore[no-untyped-def]
     from agspec.drafter import VARIANTS, AgSpecServer
     from agspec.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer("qwen2.5")
 
     def factory() -> AgSpecServer:
-        return AgSpecServer(tokenizer=tokenizer, config=VARIANTS[variant], cost_model=cost_model)
+        return AgSpecServer(
+            tokenizer=tokenizer,
+            config=VARIANTS[variant],
+            cost_model=cost_model,
+            curves_path=curves,
+        )
 
     return factory
