@@ -272,6 +272,9 @@ def test_atomic_write_text_roundtrip(tmp_path: Path) -> None:
     atomic_write_text(target, json.dumps({"x": 1}))
     atomic_write_text(target, json.dumps({"x": 2}))
     assert json.loads(target.read_text()) == {"x": 2}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it
 
 
 # ----------------------------------------------------------------------------- policy
