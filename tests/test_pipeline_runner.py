@@ -146,3 +146,25 @@ def test_record_cli_agspec_cost_needs_a_cost_model(
     assert "needs --cost-model" in capsys.readouterr().err
     assert cli_main([*args, "--cost-model", str(tmp_path / "missing.json")]) == 1
     assert not out.exists()
+
+
+def test_agspec_cost_curves_carry_from_session_to_session(tmp_path: Path) -> None:
+    """`agspec record --drafter agspec-cost --curves FILE`: every session's fresh server
+    starts from the curves the sessions before it saved."""
+    from agspec.cli.record_cmd import _agspec_factory
+    from agspec.costmodel import get_cost_model
+
+    curves = tmp_path / "curves.json"
+    factory = _agspec_factory(
+        "agspec-cost", get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"), str(curves)
+    )
+    prior = factory().lengths.survival
+    run_session(
+        "paginate", ScriptedLLM(_replies(WRONG_FIX, WRONG_FIX, GOOD)), server_factory=factory
+    )
+    assert curves.exists()
+    learned = factory().lengths.survival  # a new server, as the next session gets
+    # The coder's retries repeated a patch: its curve for long matches moved off the prior.
+    assert any(
+        learned.curve("coder", m) != prior.curve("coder", m) for m in (1, 2, 4, 8, 16, 32, 64)
+    )
