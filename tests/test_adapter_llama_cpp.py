@@ -318,3 +318,41 @@ def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None
     assert produced > 0
     assert accepted >= 0.6 * produced
     assert steps < 0.5 * produced
+
+
+def test_stock_hook_with_an_agspec_session(llama_module, model_path, llm) -> None:
+    """The drop-in path with the real drafter: `create_completion` through
+    `AgSpecLlamaDraftModel` fed by one AgSpec session (`agspec-cost`), the same prompt
+    asked twice. The text equals plain greedy's (up to near-ties) and the second answer
+    is drafted from the first."""
+    from agspec.costmodel import get_cost_model
+    from agspec.drafter import VARIANTS, AgSpecServer
+
+    server = AgSpecServer(
+        tokenizer=_LlamaTokenizer(llm),
+        config=VARIANTS["agspec-cost"],
+        cost_model=get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"),
+    )
+    session = server.session("hook")
+    hook = AgSpecLlamaDraftModel(lambda: session.call("coder", "code"), num_draft_tokens=16)
+    spec = llama_module.Llama(
+        model_path=model_path, n_ctx=1024, n_batch=256, n_threads=1, n_threads_batch=1,
+        seed=0, verbose=False, draft_model=hook,
+    )  # fmt: skip
+    text = agent_prompts(1)[0]
+    prompt = llm.tokenize(text.encode())
+    llm.reset()
+    reference = generate(llm, prompt, None, 32).tokens
+    answers = []
+    for _ in range(2):
+        spec.reset()
+        out = spec.create_completion(text, max_tokens=32, temperature=0.0)
+        answers.append(out["choices"][0]["text"])
+    hook.finish()
+    assert answers[0] == answers[1]
+    got = spec.tokenize(answers[0].encode(), add_bos=False, special=True)
+    if llm.detokenize(reference) != llm.detokenize(got):
+        got_ids = list(got) + [0] * max(0, len(reference) - len(got))
+        compare(llm, prompt, reference, got_ids[: len(reference)])
+    assert hook.num_calls == 2
+    assert hook.num_accepted_tokens >= len(got) // 2  # the second answer came as drafts
