@@ -32,10 +32,10 @@ import numpy as np
 
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
 from agspec.costmodel import break_even_accept_prob
+from agspec.policy.cost_length import MatchSurvival
 from agspec.policy.length import (
     DraftLengthPolicy,
     LengthDecision,
-    MatchSurvival,
     OnlineScale,
     OnlineScaleConfig,
     ProfiledCap,

@@ -14,13 +14,8 @@ For agent a with a match of m tokens:
   clipped to [α_min, α_max]; persisted atomically.
 - `DraftLengthPolicy`: the rule above, with ablation variants "static", "match", "cap",
   "cap+scale", and "cost" (beyond the paper, below).
-- `MatchSurvival` + `best_length` (variant "cost"): where verification is dear (a CPU:
-  verifying 2 tokens costs 2.4-3.7 decode steps on llama.cpp), the length maximizes the
-  expected committed tokens per unit of step cost,
-      L* = argmax_{0 ≤ L ≤ retrieved} (1 + Σ_{k ≤ L} S_a(k | m)) / c(L + 1),
-  with c from the measured cost profile (c(1) = 1) and S_a(k | m) = P(r ≥ k) for agent a
-  and the match length's bucket, learned online from every verification. L* = 0 (no
-  draft) whenever plain decoding is expected to be faster.
+- Variant "cost" takes its length from `agspec.policy.cost_length` (expected committed
+  tokens per unit of measured step cost, from acceptance curves learned online).
 
 Example: agent "coder" with α = 0.5, C = 6 and a 20-token match with 9 tokens available:
 floor(0.5·20) = 10, capped to 6, and 6 ≤ 9, so the draft is 6 tokens; if all 6 are
@@ -33,12 +28,18 @@ import json
 import logging
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agspec.policy._util import atomic_write_text, check_int, read_state_file
+from agspec.policy.cost_length import (
+    MatchSurvival,
+    best_length,
+    best_length_in_batch,
+)
 
 __all__ = [
     "AcceptanceRecord",
@@ -50,10 +51,6 @@ __all__ = [
     "OnlineScaleConfig",
     "DraftLengthPolicy",
     "LengthDecision",
-    "MatchSurvival",
-    "best_length",
-    "best_length_in_batch",
-    "match_bucket",
     "VARIANTS",
     "atomic_write_text",
 ]
@@ -62,52 +59,8 @@ logger = logging.getLogger(__name__)
 
 CAPS_FORMAT = "agspec-caps"
 SCALES_FORMAT = "agspec-scales"
-CURVES_FORMAT = "agspec-acceptance-curves"
 VARIANTS = ("static", "match", "cap", "cap+scale", "cost")
 BATCH_EMA = 0.01  # weight of one step in the running batch means of variant "cost"
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half.
-
-    A temporary file in the same folder is written, flushed to disk, then renamed over
-    the target with `os.replace` (atomic on POSIX and Windows).
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        # mkstemp makes the file 0600; give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _read_state_file(path: Path, fmt: str) -> dict[str, Any]:
-    """A JSON state file of format `fmt`, version 1; ValueError (or OSError) otherwise."""
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(doc, dict) or doc.get("format") != fmt:
-        raise ValueError(f"format is not {fmt!r}")
-    if doc.get("version") != 1:
-        raise ValueError(f"unsupported version {doc.get('version')!r}")
-    return doc
-
-
-def _check_int(name: str, value: Any, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _check_prob(name: str, value: float) -> float:
@@ -130,8 +83,8 @@ class AcceptanceRecord:
     available_tokens: int
 
     def __post_init__(self) -> None:
-        _check_int("reusable_tokens", self.reusable_tokens)
-        _check_int("available_tokens", self.available_tokens)
+        check_int("reusable_tokens", self.reusable_tokens)
+        check_int("available_tokens", self.available_tokens)
         if self.reusable_tokens > self.available_tokens:
             raise ValueError(
                 f"reusable_tokens ({self.reusable_tokens}) cannot exceed available_tokens "
@@ -156,7 +109,7 @@ def acceptance_curve(
     recs = list(records)
     if max_tokens is None:
         max_tokens = max((r.available_tokens for r in recs), default=0)
-    _check_int("max_tokens", max_tokens)
+    check_int("max_tokens", max_tokens)
     curve: list[float] = []
     survival = 1.0
     for k in range(1, max_tokens + 1):
@@ -207,11 +160,11 @@ class ProfiledCap:
     _warned: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
-        _check_int("default_cap_tokens", self.default_cap_tokens, minimum=1)
+        check_int("default_cap_tokens", self.default_cap_tokens, minimum=1)
 
     def set(self, agent: str, *, model: str, batch_size: int, cap_tokens: int, **meta: Any) -> None:
-        _check_int("cap_tokens", cap_tokens, minimum=1)
-        _check_int("batch_size", batch_size, minimum=1)
+        check_int("cap_tokens", cap_tokens, minimum=1)
+        check_int("batch_size", batch_size, minimum=1)
         key = (str(agent), str(model), batch_size)
         self.caps[key] = cap_tokens
         if meta:
@@ -383,8 +336,8 @@ class OnlineScale:
         No update when nothing was drafted, or when a fully accepted draft was cut by the
         cap (`censored_by_cap`): the model might have accepted more.
         """
-        _check_int("drafted_tokens", drafted_tokens)
-        _check_int("accept_length", accept_length)
+        check_int("drafted_tokens", drafted_tokens)
+        check_int("accept_length", accept_length)
         if accept_length > drafted_tokens:
             raise ValueError(
                 f"accept_length ({accept_length}) cannot exceed drafted_tokens "
@@ -423,7 +376,7 @@ class OnlineScale:
         p = Path(path)
         scales: dict[str, float] = {}
         try:
-            doc = _read_state_file(p, SCALES_FORMAT)
+            doc = read_state_file(p, SCALES_FORMAT)
             raw = doc.get("scales")
             if not isinstance(raw, dict):
                 raise ValueError("'scales' must be an object")
@@ -438,218 +391,6 @@ class OnlineScale:
             logger.warning("ignoring corrupt scales file %s: %s", p, exc)
             scales = {}
         return cls(p_star=p_star, config=config, scales=scales)
-
-
-# --------------------------------------------------------------------------- cost-aware
-MATCH_BUCKETS = 8
-
-
-def match_bucket(match_tokens: int) -> int:
-    """Log2 bucket of a match length: 0 | 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64+.
-
-    >>> [match_bucket(m) for m in (0, 1, 2, 3, 4, 15, 16, 64, 1000)]
-    [0, 1, 2, 2, 3, 4, 5, 7, 7]
-    """
-    return min(match_tokens.bit_length(), MATCH_BUCKETS - 1)
-
-
-class MatchSurvival:
-    """S_a(k | m) = P(r ≥ k): the chance that the first k draft tokens are accepted, for
-    agent a and the bucket of the match length m, learned online.
-
-    Each verification of a d-token draft with a accepted tokens is a censored run
-    length: positions 1..min(a+1, d) were at risk, positions 1..a survived (as in
-    `acceptance_curve`). The estimate is the product-limit one over the observed counts
-    plus a prior of `prior_weight` pseudo-drafts with a geometric curve S(k) = q^k,
-    q = m0 / (m0 + 1) at the bucket's shortest match m0 (a 1-token match: q = 1/2; an
-    8-token one: 8/9), so an agent starts out trusting long matches more than short ones
-    and its own outcomes take over after a few drafts.
-
-    >>> s = MatchSurvival(max_tokens=4, prior_weight=1.0)
-    >>> [round(p, 3) for p in s.curve("coder", 1)]      # prior alone, q = 1/2
-    [0.5, 0.25, 0.125, 0.062]
-    >>> for _ in range(3):
-    ...     s.observe("coder", 1, drafted_tokens=4, accepted_tokens=4)
-    >>> [round(p, 3) for p in s.curve("coder", 1)]      # (3 + 1/2) / (3 + 1) at k = 1
-    [0.875, 0.812, 0.781, 0.766]
-    """
-
-    def __init__(self, *, max_tokens: int = 32, prior_weight: float = 4.0) -> None:
-        self.max_tokens = _check_int("max_tokens", max_tokens, minimum=1)
-        if not isinstance(prior_weight, (int, float)) or not prior_weight > 0:
-            raise ValueError(f"prior_weight must be > 0, got {prior_weight!r}")
-        self.prior_weight = float(prior_weight)
-        # (agent, bucket) -> [at_risk counts, survived counts], index k-1
-        self._counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-        self._curves: dict[tuple[str, int], list[float]] = {}
-
-    def _prior(self, bucket: int) -> tuple[list[float], list[float]]:
-        m0 = 1 << max(bucket - 1, 0)
-        q = m0 / (m0 + 1)
-        w = self.prior_weight
-        at_risk = [w * q ** (k - 1) for k in range(1, self.max_tokens + 1)]
-        survived = [w * q**k for k in range(1, self.max_tokens + 1)]
-        return at_risk, survived
-
-    def curve(self, agent: str, match_tokens: int) -> list[float]:
-        """[S(1), ..., S(max_tokens)] for this agent and match length (cached)."""
-        key = (agent, match_bucket(match_tokens))
-        cached = self._curves.get(key)
-        if cached is not None:
-            return cached
-        at_risk, survived = self._counts.get(key) or self._prior(key[1])
-        out, s = [], 1.0
-        for n, h in zip(at_risk, survived):
-            s *= h / n
-            out.append(s)
-        self._curves[key] = out
-        return out
-
-    def observe(
-        self, agent: str, match_tokens: int, *, drafted_tokens: int, accepted_tokens: int
-    ) -> None:
-        """One verification: `accepted_tokens` of a `drafted_tokens`-token draft."""
-        d = min(drafted_tokens, self.max_tokens)
-        a = min(accepted_tokens, d)
-        if d <= 0 or a < 0:
-            return
-        key = (agent, match_bucket(match_tokens))
-        counts = self._counts.get(key)
-        if counts is None:
-            counts = self._counts[key] = self._prior(key[1])
-        at_risk, survived = counts
-        for i in range(min(a + 1, d)):
-            at_risk[i] += 1.0
-        for i in range(a):
-            survived[i] += 1.0
-        self._curves.pop(key, None)
-
-    def to_json(self) -> str:
-        rows = [
-            {"agent": agent, "bucket": bucket, "at_risk": at_risk, "survived": survived}
-            for (agent, bucket), (at_risk, survived) in sorted(self._counts.items())
-        ]
-        doc = {
-            "format": CURVES_FORMAT,
-            "version": 1,
-            "max_tokens": self.max_tokens,
-            "prior_weight": self.prior_weight,
-            "curves": rows,
-        }
-        return json.dumps(doc) + "\n"
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Atomic: a crash mid-write leaves the previous file intact."""
-        atomic_write_text(path, self.to_json())
-
-    @classmethod
-    def load(
-        cls, path: str | os.PathLike[str], *, max_tokens: int = 32, prior_weight: float = 4.0
-    ) -> MatchSurvival:
-        """Curves saved by `save`; a missing file starts from the prior. A corrupt file, or
-        one saved with another `max_tokens`, is reported (RuntimeWarning) and ignored."""
-        out = cls(max_tokens=max_tokens, prior_weight=prior_weight)
-        p = Path(path)
-        try:
-            doc = _read_state_file(p, CURVES_FORMAT)
-            if doc.get("max_tokens") != max_tokens:
-                raise ValueError(
-                    f"saved with max_tokens={doc.get('max_tokens')!r}, this server uses "
-                    f"{max_tokens}"
-                )
-            counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-            for row in doc.get("curves", []):
-                agent, bucket = row["agent"], row["bucket"]
-                at_risk = [float(x) for x in row["at_risk"]]
-                survived = [float(x) for x in row["survived"]]
-                if not isinstance(agent, str) or not isinstance(bucket, int):
-                    raise ValueError("agent must be a str and bucket an int")
-                if not 0 <= bucket < MATCH_BUCKETS:
-                    raise ValueError(f"bucket {bucket} outside [0, {MATCH_BUCKETS})")
-                if len(at_risk) != max_tokens or len(survived) != max_tokens:
-                    raise ValueError(f"curve of {agent!r} has the wrong length")
-                if any(not (0 < h <= n and math.isfinite(n)) for n, h in zip(at_risk, survived)):
-                    raise ValueError(f"curve of {agent!r}: counts outside 0 < survived <= at risk")
-                counts[(agent, bucket)] = (at_risk, survived)
-            out._counts = counts
-        except FileNotFoundError:
-            pass
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            warnings.warn(
-                f"ignoring acceptance curves file {p}: {exc}", RuntimeWarning, stacklevel=2
-            )
-            logger.warning("ignoring acceptance curves file %s: %s", p, exc)
-        return out
-
-
-def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int) -> int:
-    """argmax over L in [0, limit] of (1 + Σ_{k≤L} curve[k-1]) / step_costs[L] (ties: the
-    shorter L); step_costs[n-1] is the cost of verifying n tokens, step_costs[0] = 1.
-
-    >>> best_length([0.9, 0.8, 0.1], [1.0, 1.5, 1.6, 3.0], 3)   # (1+.9+.8)/1.6 = 1.69
-    2
-    >>> best_length([0.5, 0.25], [1.0, 3.7, 4.5], 2)            # drafting never pays
-    0
-    """
-    limit = min(limit, len(curve), len(step_costs) - 1)
-    best, best_value, expected = 0, 1.0 / step_costs[0], 1.0
-    for n in range(1, limit + 1):
-        expected += curve[n - 1]
-        value = expected / step_costs[n]
-        if value > best_value:
-            best, best_value = n, value
-    return best
-
-
-def _interp(costs: Sequence[float], y: float) -> float:
-    """costs[n] at a fractional n (linear between points; the last slope beyond)."""
-    if y <= 0:
-        return costs[0]
-    i = min(int(y), len(costs) - 2)
-    return costs[i] + (costs[i + 1] - costs[i]) * (y - i)
-
-
-def best_length_in_batch(
-    curve: Sequence[float],
-    step_costs: Sequence[float],
-    limit: int,
-    *,
-    batch_size: int,
-    mean_draft: float,
-    mean_committed: float,
-) -> int:
-    """The draft length of one request among `batch_size` that share a step.
-
-    In a ragged batch the step's cost follows the mean draft over the requests:
-    C(x) = step_costs at 1 + x tokens per request (step_costs[n-1] is the cost of n, all
-    requests alike, C(0) = 1). This request moves the mean by L / B, so its draft costs
-    Δ(L) = C(x0 + L/B) − C(x0), x0 = mean_draft·(B−1)/B (the others), and is worth what it
-    adds to the batch's committed tokens at the batch's current rate
-    ρ = B·mean_committed / C(mean_draft) tokens per unit cost:
-        L* = argmax over L in [0, limit] of  E(L) − ρ·Δ(L),   E(L) = Σ_{k≤L} curve[k-1].
-    At B = 1 this is the Dinkelbach form of `best_length`'s ratio (the same argmax once ρ
-    is the best rate); `best_length` is used there, as it needs no running state.
-
-    >>> flat = [1.0 + 0.01 * n for n in range(17)]       # memory-bound: drafts are cheap
-    >>> best_length_in_batch([0.5**k for k in range(1, 17)], flat, 16, batch_size=16,
-    ...                      mean_draft=4.0, mean_committed=3.0)   # ρ = 48 / 1.04
-    5
-
-    Each token adds 0.01/16 to the cost, worth ρ·0.01/16 = 0.029 tokens: 0.5^5 = 0.031 is
-    above that, 0.5^6 = 0.016 below.
-    """
-    b = float(batch_size)
-    limit = min(limit, len(curve), len(step_costs) - 1)
-    x0 = mean_draft * (b - 1.0) / b
-    base = _interp(step_costs, x0)
-    rho = b * mean_committed / _interp(step_costs, mean_draft)
-    best, best_value, expected = 0, 0.0, 0.0
-    for n in range(1, limit + 1):
-        expected += curve[n - 1]
-        value = expected - rho * (_interp(step_costs, x0 + n / b) - base)
-        if value > best_value:
-            best, best_value = n, value
-    return best
 
 
 # --------------------------------------------------------------------------- policy
@@ -719,8 +460,8 @@ class DraftLengthPolicy:
         self.caps = caps if caps is not None else ProfiledCap()
         self.scale = scale
         self.model = model
-        self.batch_size = _check_int("batch_size", batch_size, minimum=1)
-        self.static_tokens = _check_int("static_tokens", static_tokens, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.static_tokens = check_int("static_tokens", static_tokens, minimum=1)
 
     def draft_length(
         self,
@@ -732,15 +473,15 @@ class DraftLengthPolicy:
     ) -> LengthDecision:
         # The drafter calls this every step: one cheap type check for the common case.
         if not (type(match_tokens) is int and type(available_tokens) is int):
-            _check_int("match_tokens", match_tokens)
-            _check_int("available_tokens", available_tokens)
+            check_int("match_tokens", match_tokens)
+            check_int("available_tokens", available_tokens)
         if match_tokens < 0 or available_tokens < 0:
             raise ValueError(
                 f"match_tokens and available_tokens must be >= 0, got {match_tokens} "
                 f"and {available_tokens}"
             )
         if engine_max_tokens is not None:
-            _check_int("engine_max_tokens", engine_max_tokens)
+            check_int("engine_max_tokens", engine_max_tokens)
         if match_tokens == 0:
             return LengthDecision(0, None, False)
         cap: int | None = None
