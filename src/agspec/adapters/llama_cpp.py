@@ -22,6 +22,8 @@ read `[8, 9, 12, ...]`, so 8 and 9 are accepted, 12 is the bonus token, the draf
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -236,6 +238,55 @@ def prefill(llm: Llama, prompt_ids: Sequence[int], *, reuse_prefix: bool = True)
     return prompt[-1], reused
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings of the own loop (`generate(..., sampling=Sampling(...))`).
+
+    The logits are divided by `temperature`, cut to the `top_k` largest (0: all), then
+    to the smallest set whose probability reaches `top_p` (1.0: all), and a token is drawn
+    by inverse CDF with one `rng.random()` draw.
+
+    Speculation stays exact: at each drafted position the loop draws the token the model
+    would sample there and keeps the draft token only if it is that token; the first
+    mismatching draw is committed and the rest of the draft dropped. A point-mass draft
+    accepted with probability p(draft) and, on rejection, the token drawn from p given
+    "not the draft" is exactly what rejection sampling prescribes, and since one draw is
+    consumed per committed token in order, the same seed gives the same tokens with or
+    without a drafter (up to logits that differ by rounding between batch sizes).
+
+    >>> s = Sampling(temperature=1.0, top_k=2)
+    >>> s.sample(np.array([0.0, 3.0, 3.0, -1.0]), random.Random(0))   # one of the top 2
+    2
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be > 0 (use sampling=None for greedy), "
+                             f"got {self.temperature}")  # fmt: skip
+        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k}, "
+                             f"{self.top_p}")  # fmt: skip
+
+    def sample(self, logits: np.ndarray, rng: random.Random) -> int:
+        z = logits.astype(np.float64) / self.temperature
+        order = np.argsort(-z, kind="stable")  # most likely first; ties: lower id first
+        if self.top_k:
+            order = order[: self.top_k]
+        z = z[order]
+        probs = np.exp(z - z[0])
+        probs /= probs.sum()
+        if self.top_p < 1.0:
+            keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)
+            probs = probs[:keep] / probs[:keep].sum()
+        i = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+        return int(order[min(i, len(probs) - 1)])
+
+
 def generate(
     llm: Llama,
     prompt_ids: Sequence[int],
@@ -246,8 +297,10 @@ def generate(
     eos_token_ids: Sequence[int] | None = None,
     reuse_prefix: bool = True,
     on_step: Callable[[StepStats], None] | None = None,
+    sampling: Sampling | None = None,
 ) -> GenerationResult:
     """Greedy speculative decoding with `drafter`; `drafter=None` is plain greedy decoding.
+    With `sampling`, sampled decoding instead, exactly (see `Sampling`).
 
     Every step evaluates the pending token plus the draft in one batch; the committed
     tokens are the draft's longest prefix that equals the argmax, plus the argmax after it.
@@ -270,6 +323,7 @@ def generate(
         raise ValueError(f"prompt has {len(prompt)} tokens; the context holds {n_ctx}")
     eos = set(eos_token_ids) if eos_token_ids is not None else {llm.token_eos()}
 
+    rng = random.Random(sampling.seed) if sampling is not None else None
     t0 = time.perf_counter()
     pending, reused = prefill(llm, prompt, reuse_prefix=reuse_prefix)
     prefill_ms = (time.perf_counter() - t0) * 1000.0
@@ -289,12 +343,27 @@ def generate(
                 draft = [int(t) for t in drafter.propose(want)][:want]
             t_verify = time.perf_counter()
             base = llm.n_tokens
-            # [1 + len(draft)] when drafting, else [1]
-            argmax = _eval_batch(llm, [pending, *draft], all_logits=bool(draft), argmax_only=True)
-            accepted = 0
-            while accepted < len(draft) and int(argmax[accepted]) == draft[accepted]:
-                accepted += 1
-            committed = [*draft[:accepted], int(argmax[accepted])]
+            if sampling is None:
+                # [1 + len(draft)] when drafting, else [1]
+                chosen = _eval_batch(
+                    llm, [pending, *draft], all_logits=bool(draft), argmax_only=True
+                )
+                accepted = 0
+                while accepted < len(draft) and int(chosen[accepted]) == draft[accepted]:
+                    accepted += 1
+                committed = [*draft[:accepted], int(chosen[accepted])]
+            else:
+                assert rng is not None
+                rows = _eval_batch(llm, [pending, *draft], all_logits=bool(draft))
+                # One draw per committed token, in order: stop at the first draw that is
+                # not the draft token (it is committed; the rest of the draft is dropped).
+                committed = []
+                for i in range(len(rows)):
+                    token = sampling.sample(rows[i], rng)
+                    committed.append(token)
+                    if i >= len(draft) or token != draft[i]:
+                        break
+                accepted = len(committed) - 1
             # KV keeps the pending token and the accepted draft; the bonus is pending now.
             _rollback(llm, base + 1 + accepted)
             t_end = time.perf_counter()
