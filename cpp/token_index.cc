@@ -366,14 +366,32 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
   };
   std::vector<uint32_t> out;
   if (max_count == 0) return out;
+  {
+    // A cached answer is valid while the automaton is unchanged: no new position (every
+    // extend that changes the automaton adds one) and no rebuild (epoch).
+    std::lock_guard<std::mutex> guard(recent_cache_mu_);
+    if (recent_cache_epoch_ != epoch_ || recent_cache_positions_ != pos_doc_.size()) {
+      recent_cache_.clear();
+      recent_cache_epoch_ = epoch_;
+      recent_cache_positions_ = pos_doc_.size();
+    }
+    const auto hit = recent_cache_.find(v);
+    if (hit != recent_cache_.end() &&
+        (hit->second.positions.size() >= max_count || hit->second.complete)) {
+      const auto& p = hit->second.positions;
+      return std::vector<uint32_t>(p.begin(), p.begin() + std::min(max_count, p.size()));
+    }
+  }
   std::vector<Item> heap;
   heap.reserve(4 * max_count + 4);
   out.reserve(max_count);
   heap.push_back({st_[v].last_pos, v});
+  size_t pops = 0;
   while (!heap.empty() && out.size() < max_count) {
     std::pop_heap(heap.begin(), heap.end());
     const Item it = heap.back();
     heap.pop_back();
+    ++pops;
     auto push = [&heap](uint32_t key, int32_t node) {
       heap.push_back({key, node});
       std::push_heap(heap.begin(), heap.end());
@@ -388,6 +406,15 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     if (st_[u].own_head != -1) push(static_cast<uint32_t>(st_[u].own_head), -1);
     if (st_[u].first_child != -1) push(st_[st_[u].first_child].last_pos, st_[u].first_child);
     if (u != v && st_[u].next_sib != -1) push(st_[st_[u].next_sib].last_pos, st_[u].next_sib);
+  }
+  // Keep only the expensive answers (a large subtree: short, frequent matches), which
+  // are also the ones asked again; the cache is bounded and starts over when full.
+  if (pops > 2 * max_count + 8) {
+    std::lock_guard<std::mutex> guard(recent_cache_mu_);
+    if (recent_cache_epoch_ == epoch_ && recent_cache_positions_ == pos_doc_.size()) {
+      if (recent_cache_.size() >= kRecentCacheEntries) recent_cache_.clear();
+      recent_cache_[v] = RecentEntry{out, out.size() < max_count};
+    }
   }
   return out;
 }

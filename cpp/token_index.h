@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -173,6 +174,18 @@ class TokenIndex {
   std::vector<int32_t> own_next_;
 
   uint64_t epoch_ = 0;  // bumped when positions are renumbered (remove)
+
+  // recent_positions() answers for states with large subtrees, valid for one
+  // (epoch_, number of positions); no effect on results, only on their cost.
+  struct RecentEntry {
+    std::vector<uint32_t> positions;  // most recent first
+    bool complete;                    // the subtree has no more positions than these
+  };
+  static constexpr size_t kRecentCacheEntries = 4096;
+  mutable std::mutex recent_cache_mu_;
+  mutable std::unordered_map<int32_t, RecentEntry> recent_cache_;
+  mutable uint64_t recent_cache_epoch_ = ~uint64_t{0};
+  mutable size_t recent_cache_positions_ = 0;
   bool frozen_ = false;
   std::atomic<int> busy_{0};
 };
