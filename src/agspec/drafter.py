@@ -70,7 +70,7 @@ class AgSpecConfig:
     static_length_tokens: int = 8  # the draft length of length_mode="static"
     default_cap_tokens: int = 16  # C_a for agents without a profiled cap
     # length_mode="cost" (beyond the paper): the most tokens one draft may have, and the
-    # weight of the prior in the learned acceptance curves (agspec.policy.length).
+    # weight of the prior in the learned acceptance curves (agspec.policy.cost_length).
     cost_max_draft_tokens: int = 32
     cost_prior_weight: float = 4.0
     max_match_tokens: int = 64
