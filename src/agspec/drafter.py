@@ -75,7 +75,7 @@ class AgSpecConfig:
     cost_prior_weight: float = 4.0
     max_match_tokens: int = 64
     # Beyond the paper: no draft from a match shorter than this. Where verification is
-    # dear (a CPU backend: 2 tokens cost 3.7 decode steps on llama.cpp), short matches
+    # dear (a CPU backend: 2 tokens cost 2.2-3.7 decode steps on llama.cpp), short matches
     # lose more than they win.
     min_match_tokens: int = 1
     max_occurrences: int = 32
