@@ -204,7 +204,7 @@ class TokenIndex:
         if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
             return False
         # Document ids are in [0, 2^63): anything else is simply not in the index.
-        return 0 <= doc_id < 2**63 and bool(self._native.contains(int(doc_id)))
+        return bool(0 <= doc_id < 2**63) and bool(self._native.contains(int(doc_id)))
 
     def __len__(self) -> int:
         return self.num_documents
