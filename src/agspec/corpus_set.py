@@ -96,7 +96,9 @@ class CorpusSet:
                 self._native.add_append(ix._native, doc_id)
         else:
             arr = as_tokens(tail_list, what="tail")
-            self._cursors = [ix.match(arr, max_match_tokens=max_match_tokens) for _, ix, _ in entries]
+            self._cursors = [
+                ix.match(arr, max_match_tokens=max_match_tokens) for _, ix, _ in entries
+            ]
             self._appends = list(appends)
 
     @property
@@ -146,6 +148,8 @@ class CorpusSet:
 
     def continuation(self, slot: int, max_tokens: int, *, max_occurrences: int = 32) -> list[int]:
         """Up to `max_tokens` tokens after the chosen occurrence of slot's match."""
+        if not 0 <= slot < len(self._codes):
+            raise ValueError(f"slot {slot} out of range ({len(self._codes)} corpora)")
         if self._native is not None:
             return self._native.continuation(  # type: ignore[no-any-return]
                 slot, max_tokens, self._codes[slot], max_occurrences

@@ -621,7 +621,9 @@ class AgSpecCall:
         slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
         if want == 0:
             return []
-        draft = corpora.continuation(slot, want, max_occurrences=self.session.server.config.max_occurrences)
+        draft = corpora.continuation(
+            slot, want, max_occurrences=self.session.server.config.max_occurrences
+        )
         return self._take(draft, slot, want, m)
 
     def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
@@ -742,7 +744,8 @@ def step_batch(
     `committed[i]` is what the engine committed for `calls[i]` since its last step (its
     accepted draft prefix plus one token; None or empty right after `begin`), and
     `max_tokens[i]` bounds its next draft. Returns the drafts, in order. Equivalent to
-    `accept` then `propose` on each call, with every corpus of every request moved in one
+    `accept` on every call, then `propose` on every call (so requests of one session see
+    each other's tokens of this step), with every corpus of every request moved in one
     native call and every match read in another (one per call with a non-native engine).
     The calls may belong to different sessions of one server, or of several.
 
@@ -783,9 +786,7 @@ def step_batch(
         live.append(call)
     all_sets = [call._corpora for call in live]
     lengths = match_lengths_batch(all_sets)  # type: ignore[arg-type]
-    plans = [
-        call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(live, lengths, caps)
-    ]
+    plans = [call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(live, lengths, caps)]
     drafts: list[list[int]] = []
     for call, (slot, want, m) in zip(live, plans):
         if want == 0:
