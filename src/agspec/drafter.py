@@ -21,12 +21,14 @@ than the tokens available.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -96,6 +98,42 @@ class AgSpecConfig:
     live_token_budget: int = 50_000_000
 
     def __post_init__(self) -> None:
+        # Types first: a bool or a float where a count goes is a mistake, not a count.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float", "bool") and (
+                isinstance(value, bool) != (f.type == "bool")
+                or not isinstance(value, (int, float) if f.type == "float" else int)
+            ):
+                raise ValueError(f"{f.name} must be {f.type}, got {value!r}")
+        for name in (
+            "cost_prior_weight",
+            "scale_step",
+            "scale_min",
+            "scale_max",
+            "break_even_prob",
+            "session_ttl_s",
+        ):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+        if not self.session_ttl_s > 0:
+            raise ValueError(f"session_ttl_s must be > 0 seconds, got {self.session_ttl_s}")
+        for name in ("live_token_budget", "history_budget_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        if not 0 < self.scale_step <= 1:
+            raise ValueError(f"scale_step must be in (0, 1], got {self.scale_step}")
+        if not 0 < self.scale_min <= 1.0 <= self.scale_max:
+            raise ValueError(
+                f"scale_min and scale_max must satisfy 0 < scale_min <= 1 <= scale_max, got "
+                f"{self.scale_min} and {self.scale_max}"
+            )
+        for name in ("session_rule", "workspace_rule", "global_rule", "history_rule"):
+            if getattr(self, name) not in get_args(ContinuationRule):
+                raise ValueError(
+                    f"{name} must be one of {get_args(ContinuationRule)}, got "
+                    f"{getattr(self, name)!r}"
+                )
         if self.length_mode not in ("static", "match", "cap", "cap+scale", "cost"):
             raise ValueError(f"unknown length_mode {self.length_mode!r}")
         if not self.cost_prior_weight > 0:
@@ -265,6 +303,8 @@ class AgSpecServer:
         self.cost_mode = cfg.length_mode == "cost"
         self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
+        self._live_tokens = 0  # sum of the live sessions' _counted
+        self._empty: tuple[SessionCorpus, WorkspaceCorpus] | None = None
         self._clock = clock
         # Hot-path lookups, computed once.
         self.rules: dict[Source, ContinuationRule] = {
@@ -322,25 +362,80 @@ class AgSpecServer:
         self._sessions.move_to_end(session_id)
 
     def end_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        s = self._sessions.pop(session_id, None)
+        if s is not None:
+            self._close(s)
         self.save_scales()
 
     @property
     def live_tokens(self) -> int:
-        return sum(s.num_tokens for s in self._sessions.values())
+        """Tokens held by the live sessions' session and workspace corpora."""
+        return self._live_tokens
+
+    def _close(self, s: AgSpecSession) -> None:
+        """Ends `s` for good: its calls stop (KeyError) and its corpora are freed, even
+        while a caller still holds the session or one of its call objects."""
+        s.closed = True
+        self._live_tokens -= s._counted
+        s._counted = 0
+        for call in list(s._calls):
+            call._release()
+        s._calls.clear()
+        if self._empty is None:
+            factory = ENGINES[self.config.engine]
+            self._empty = (
+                SessionCorpus(separator_id=self.separator_id, index_factory=factory),
+                WorkspaceCorpus(self.tokenizer.encode, "none", index_factory=factory),
+            )
+        # Closed sessions refuse every use, so they can share one pair of empty corpora.
+        s.session_corpus, s.workspace = self._empty
+
+    def _grew(self, s: AgSpecSession, num_tokens: int) -> None:
+        """`s` indexed `num_tokens` more; keeps the live total within the budget."""
+        s._counted += num_tokens
+        self._live_tokens += num_tokens
+        if self._live_tokens > self.config.live_token_budget:
+            self._over_budget(s)
+
+    def _over_budget(self, s: AgSpecSession) -> None:
+        """Evicts the least recently used other sessions; when `s` alone is over the
+        budget, `s` stops indexing (one warning) and drafts from what it holds."""
+        budget = self.config.live_token_budget
+        while self._live_tokens > budget:
+            victim = next((v for v in self._sessions.values() if v is not s), None)
+            if victim is None:
+                break
+            log.info("evicting session %s to stay within the live token budget", victim.session_id)
+            del self._sessions[victim.session_id]
+            self._close(victim)
+        if self._live_tokens > budget and not s.frozen:
+            s.frozen = True
+            for call in list(s._calls):
+                call._index_output = False
+            log.warning(
+                "session %s alone holds %d tokens, over the live token budget of %d: it "
+                "stops indexing new tokens and drafts from what it holds",
+                s.session_id,
+                s._counted,
+                budget,
+            )
 
     def _evict(self) -> None:
         """Drops sessions idle past the TTL, then the oldest while over the token budget."""
         now = self._clock()
-        for sid in [
-            k for k, s in self._sessions.items() if now - s.last_used > self.config.session_ttl_s
-        ]:
+        ttl = self.config.session_ttl_s
+        # Sessions are in least-recently-used order: the idle ones come first.
+        while self._sessions:
+            sid, s = next(iter(self._sessions.items()))
+            if now - s.last_used <= ttl:
+                break
             log.info("evicting idle session %s", sid)
-            self._sessions.pop(sid).closed = True
-        while self._sessions and self.live_tokens > self.config.live_token_budget:
+            del self._sessions[sid]
+            self._close(s)
+        while self._sessions and self._live_tokens > self.config.live_token_budget:
             sid, s = self._sessions.popitem(last=False)
             log.info("evicting session %s to stay within the live token budget", sid)
-            s.closed = True
+            self._close(s)
 
 
 class AgSpecSession:
@@ -360,6 +455,10 @@ class AgSpecSession:
         )
         self.last_used = 0.0
         self.closed = False
+        # Over the live token budget on its own: indexes nothing more (AgSpecServer).
+        self.frozen = False
+        self._counted = 0  # tokens of this session in the server's live total
+        self._calls: weakref.WeakSet[AgSpecCall] = weakref.WeakSet()
         self._num_calls = 0
 
     def _check_open(self) -> None:
@@ -368,18 +467,27 @@ class AgSpecSession:
 
     def open_artifact(self, path: str, text: str) -> int:
         self._check_open()
-        if not self.server.config.use_workspace:
+        if not self.server.config.use_workspace or self.frozen:
             return 0
-        return self.workspace.open_artifact(path, text)
+        before = self.workspace.num_tokens
+        self.workspace.open_artifact(path, text)
+        added = self.workspace.num_tokens - before
+        self.server._grew(self, added)
+        return added
 
     def call(self, agent: str, role: str = "other", turn: int = 0) -> AgSpecCall:
         self._check_open()
         self._num_calls += 1
-        return AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
+        call = AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
+        self._calls.add(call)
+        return call
 
     def end(self) -> None:
-        self.closed = True
-        self.server.end_session(self.session_id)
+        """Ends the session: its calls stop and its corpora are freed. Idempotent."""
+        if self.server._sessions.get(self.session_id) is self:
+            self.server.end_session(self.session_id)
+        elif not self.closed:
+            self.server._close(self)
 
     @property
     def num_tokens(self) -> int:
@@ -405,8 +513,26 @@ class AgSpecCall:
         self._decision: LengthDecision | None = None
         self._begun = False
         self._ended = False
+        self._released = False  # the session was ended or evicted
+        self._index_output = False  # accept() appends to the session corpus
         self.last_source: Source | None = None
         self.last_match_length = 0
+
+    def _release(self) -> None:
+        """The session ended or was evicted: drop every reference to its corpora."""
+        self._released = self._ended = True
+        self._cursors.clear()
+        self._cursor_items = []
+        self._request = None
+        self._output = []
+        self._draft = []
+        self._decision = None
+        self._index_output = False
+
+    def _not_live(self, what: str) -> Exception:
+        if self._released:
+            return KeyError(f"{what}: session {self.session.session_id!r} was ended or evicted")
+        return RuntimeError(f"{what} needs begin() first and no end()")
 
     def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
         if self._begun:
@@ -422,11 +548,14 @@ class AgSpecCall:
         )
         tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids")
         m = cfg.max_match_tokens
+        sess = self.session
         if cfg.use_session:
-            self.session.session_corpus.add_prompt(self._doc_id, prompt)
-            self._cursors["session"] = self.session.session_corpus.index.match(
-                tail, max_match_tokens=m
-            )
+            if not sess.frozen:
+                before = sess.session_corpus.num_tokens
+                sess.session_corpus.add_prompt(self._doc_id, prompt)
+                sess.server._grew(sess, sess.session_corpus.num_tokens - before)
+            self._cursors["session"] = sess.session_corpus.index.match(tail, max_match_tokens=m)
+            self._index_output = not sess.frozen
         if cfg.use_workspace:
             self._cursors["workspace"] = self.session.workspace.index.match(
                 tail, max_match_tokens=m
@@ -451,7 +580,7 @@ class AgSpecCall:
 
     def propose(self, max_tokens: int) -> list[int]:
         if not self._begun or self._ended:
-            raise RuntimeError("propose() needs begin() first and no end()")
+            raise self._not_live("propose()")
         if max_tokens < 0 or max_tokens > 1 << 16:
             raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
         self._draft = []
@@ -503,7 +632,7 @@ class AgSpecCall:
 
     def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
         if not self._begun or self._ended:
-            raise RuntimeError("accept() needs begin() first and no end()")
+            raise self._not_live("accept()")
         committed = (
             committed_ids
             if isinstance(committed_ids, list)
@@ -533,8 +662,14 @@ class AgSpecCall:
         # Checked above: hand the list to the native objects directly (hot path).
         for cur in self._cursors.values():
             cur.extend_list(committed)
-        if "session" in self._cursors:
-            self.session.session_corpus.index.extend_list(self._doc_id, committed)
+        if self._index_output:
+            sess = self.session
+            sess.session_corpus.index.extend_list(self._doc_id, committed)
+            sess._counted += n
+            server = sess.server
+            server._live_tokens += n
+            if server._live_tokens > server.config.live_token_budget:
+                server._over_budget(sess)
         if self.session.server.history is not None:
             self._output.extend(committed)
         if self._request is not None:
