@@ -114,6 +114,8 @@ class BatchResult:
     full_batch_tokens: int = 0
     full_batch_ms: float = 0.0
     ar_full_batch_step_ms: float = 0.0  # one AR step with B active requests
+    # Of draft_ns, the time outside propose/accept: session, open_artifact, call, begin, end.
+    setup_ns: int = 0
 
     @property
     def mean_accept_length(self) -> float:
@@ -152,6 +154,18 @@ class BatchResult:
     def draft_us_per_token(self) -> float:
         return self.draft_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
 
+    @property
+    def setup_us_per_token(self) -> float:
+        """Of `draft_us_per_token`, the part spent outside `propose` and `accept` (building
+        per-request state in `begin`, indexing artifacts, `end`)."""
+        return self.setup_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
+
+    @property
+    def full_batch_share(self) -> float:
+        """Share of the output tokens committed in steps where all B slots were busy: how
+        much of the run `speedup_full_batch` rests on (1.0 at B = 1)."""
+        return self.full_batch_tokens / self.num_output_tokens if self.num_output_tokens else 0.0
+
     def summary(self) -> dict[str, Any]:
         return {
             "batch_size": self.batch_size,
@@ -168,9 +182,11 @@ class BatchResult:
             "speedup": self.speedup,
             "speedup_full_batch": self.speedup_full_batch,
             "full_batch_tokens": self.full_batch_tokens,
+            "full_batch_share": self.full_batch_share,
             "absolute_cost_model": self.absolute_cost_model,
             "draft_ms": self.draft_ns / 1e6,
             "draft_us_per_token": self.draft_us_per_token,
+            "draft_setup_us_per_token": self.setup_us_per_token,
             "speedup_with_drafting": self.speedup_with_drafting,
             "throughput_tokens_per_s": (
                 self.num_output_tokens / (self.spec_ms / 1e3) if self.spec_ms else 0.0
@@ -182,16 +198,25 @@ class BatchResult:
 
 
 def _session_steps(
-    server: Any, session: ReplaySession, session_name: str, max_draft_tokens: int
+    server: Any,
+    session: ReplaySession,
+    session_name: str,
+    max_draft_tokens: int,
+    setup: list[int] | None = None,
 ) -> Generator[list[Any], None, int]:
     """Replay one session; yield one record row per step (batch fields appended later).
 
     Returns (as StopIteration value) drafter time spent after the last step (end calls).
+    `setup[0]`, when given, accumulates the drafter time spent outside `propose` and
+    `accept` (it is also in the rows' and the return value's times).
     """
+    if setup is None:
+        setup = [0]
     clock = time.perf_counter_ns
     t0 = clock()
     dsession = server.session(session.session_id, emission_format=session.emission_format)
     overhead_ns = clock() - t0  # charged to the next step
+    setup[0] += overhead_ns
     seen_artifacts: set[tuple[str, str]] = set()
     for call_index, call in enumerate(session.calls):
         prompt = call.prompt_ids if isinstance(call.prompt_ids, list) else list(call.prompt_ids)
@@ -203,7 +228,9 @@ def _session_steps(
                 dsession.open_artifact(artifact[0], artifact[1])
         drafter = dsession.call(call.agent, call.role, call.turn)
         drafter.begin(prompt)
-        overhead_ns += clock() - t0
+        dt = clock() - t0
+        overhead_ns += dt
+        setup[0] += dt
         num_out = len(out)
         pos = 0
         step = 0
@@ -249,10 +276,14 @@ def _session_steps(
             step += 1
         t0 = clock()
         drafter.end()
-        overhead_ns += clock() - t0
+        dt = clock() - t0
+        overhead_ns += dt
+        setup[0] += dt
     t0 = clock()
     dsession.end()
-    return overhead_ns + clock() - t0
+    dt = clock() - t0
+    setup[0] += dt
+    return overhead_ns + dt
 
 
 def ar_time_ms(
@@ -327,6 +358,7 @@ def replay_batched(
     timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
     full_tokens = 0
     full_ms = 0.0
+    setup = [0]
     while True:
         rows: list[list[Any]] = []
         for i in range(batch_size):
@@ -340,7 +372,9 @@ def replay_batched(
                         exhausted = True
                         break
                     index, (session, server) = nxt
-                    gen = _session_steps(server, session, session.session_id, max_draft_tokens)
+                    gen = _session_steps(
+                        server, session, session.session_id, max_draft_tokens, setup
+                    )
                     slots[i] = gen
                 try:
                     rows.append(next(gen))
@@ -396,4 +430,5 @@ def replay_batched(
         full_batch_tokens=full_tokens,
         full_batch_ms=full_ms,
         ar_full_batch_step_ms=timer(1, batch_size),
+        setup_ns=setup[0],
     )
