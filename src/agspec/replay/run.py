@@ -32,7 +32,7 @@ from typing import Any
 
 from agspec.replay.oracle import ORACLE_SCOPES, OracleServer
 from agspec.replay.records import ReplayCall, ReplaySession, StepRecorder, write_steps
-from agspec.replay.registry import ORACLE, drafter_names, make_server
+from agspec.replay.registry import ORACLE, drafter_names, make_server, preload_drafters
 from agspec.replay.simulator import BATCH_COST_RULES, BatchResult, replay_batched
 
 GLOBAL_SPLITS = ("two-fold", "none")
@@ -346,6 +346,14 @@ def run_replay(
     config_json["sources"] = sources_info
     _write_json(out / "config.json", config_json)
 
+    # Every drafter resolved and its modules imported before the first replay (issue 15).
+    first_model = next(iter(cost_models.values()))[0]
+    preload_drafters(
+        config.drafters,
+        tokenizer=tokenizer,
+        cost_model=first_model,
+        batch_size=max(config.batch_sizes),
+    )
     tasks = [
         (source, name, batch_size)
         for source in by_source
