@@ -106,3 +106,37 @@ def test_report_flags_figures_resting_on_less_than_half_the_run() -> None:
     # An old run folder without the share: recomputed from the full-batch token count.
     old = {k: v for k, v in entry.items() if k != "full_batch_share"}
     assert "| 33% |" in format_markdown([old])
+
+
+class LoggingNextTwo(NextTwoServer):
+    def __init__(self, outputs: dict[str, list[int]]) -> None:
+        super().__init__(outputs)
+        self.opened: list[str] = []
+
+    def session(self, session_id, *, emission_format="none"):
+        self.opened.append(session_id)
+        return super().session(session_id, emission_format=emission_format)
+
+
+def test_steady_state_keeps_the_batch_full_with_fillers_on_their_own_servers() -> None:
+    # B = 2, outputs of 7, 3, 3 tokens, 3 tokens a step, every step costs 1:
+    # step 0: s0 +3, s1 +3 | step 1: s0 +3, s2 +3 | step 2: s0 +1, filler (s0 again) +3.
+    # The last measured session ends at step 2: 3 steps, all full; 13 measured tokens and
+    # 3 filler tokens. AR at a full batch decodes 2 tokens a step: 16 / 2 = 8 steps.
+    sessions = sessions_of([7, 3, 3])
+    outputs = {s.session_id: list(s.calls[0].output_ids) for s in sessions}
+    measured, spare = LoggingNextTwo(outputs), LoggingNextTwo(outputs)
+    fillers = iter([(s, spare) for s in sessions] * 3)
+    r = replay_batched(
+        [(s, measured) for s in sessions], batch_size=2, cost_model=Flat(), fillers=fillers
+    )
+    assert measured.opened == ["s0", "s1", "s2"] and spare.opened[0] == "s0"
+    assert (r.num_batch_steps, r.num_output_tokens, r.filler_tokens) == (3, 13, 3)
+    assert r.num_steps == 5 and len(r.recorder) == 5  # filler steps are not recorded
+    assert r.full_batch_share == 1.0
+    assert r.spec_ms == 3.0 and r.ar_ms == 8.0
+    assert r.speedup == pytest.approx(8 / 3) == r.speedup_full_batch
+    # The same run with the drain: AR needs 7 steps (s0 alone decides), speculation 3.
+    drain = replay_batched([(s, measured) for s in sessions], batch_size=2, cost_model=Flat())
+    assert drain.speedup == pytest.approx(7 / 3)
+    assert drain.full_batch_share == pytest.approx(12 / 13)

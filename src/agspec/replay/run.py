@@ -59,6 +59,9 @@ class RunConfig:
     traces: tuple[str, ...] = ()
     write_steps: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # B > 1: keep every slot busy until the last session ends, with filler replays that run
+    # on servers of their own (`replay_batched(fillers=...)`; docs/replay.md).
+    steady_state: bool = False
 
     def __post_init__(self) -> None:
         if not self.drafters:
@@ -420,6 +423,21 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
         batch_size=batch_size,
     )
     pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
+    fillers = None
+    if config.steady_state and batch_size > 1:
+        import itertools
+
+        # Fresh servers for the fillers (same folds, same global corpora), so the fillers
+        # never add to what a measured session's drafter knows.
+        spare = make_servers(
+            name,
+            group,
+            config,
+            tokenizer=_STATE["tokenizer"],
+            cost_model=cost_model,
+            batch_size=batch_size,
+        )
+        fillers = itertools.cycle([(s, spare[fold_of(s.session_id)]) for s in group])
     t0 = time.perf_counter()
     result = _replay_with_progress(
         pairs,
@@ -429,6 +447,7 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
         decode_step_ms=step_ms,
         label=f"{source} {name} B={batch_size}",
         progress=progress,
+        fillers=fillers,
     )
     wall_s = time.perf_counter() - t0
     entry = _entry(source, name, result, config, wall_s)
@@ -452,6 +471,7 @@ def _replay_with_progress(
     decode_step_ms: float,
     label: str,
     progress: bool,
+    fillers: Any = None,
 ) -> BatchResult:
     total = sum(s.num_output_tokens for s, _ in pairs)
     bar = None
@@ -476,6 +496,7 @@ def _replay_with_progress(
             batch_cost=config.batch_cost,
             decode_step_ms=decode_step_ms,
             on_progress=on_progress if bar is not None else None,
+            fillers=fillers,
         )
     finally:
         if bar is not None:
