@@ -103,6 +103,7 @@ class Job:
     prompt_text: str = ""  # completion
     hold_all: bool = False  # tools: parse the whole answer before sending it
     stream: bool = False
+    return_ids: bool = False  # X-AgSpec-Return-Ids: token ids in the `agspec` object
     cancel: threading.Event = field(default_factory=threading.Event)
     deadline: float = math.inf
     submitted: float = field(default_factory=time.monotonic)
@@ -524,6 +525,9 @@ class Engine:
             "decode_ms": round(result.total_ms - result.prefill_ms, 2),
             "total_ms": round(result.total_ms, 2),
         }
+        if job.return_ids:
+            stats["prompt_ids"] = list(job.prompt_ids)
+            stats["output_ids"] = text.tokens[: text.num_tokens]
         done = Finished(text.text, finish, len(job.prompt_ids), text.num_tokens, stats)
         answer = job.on_done(done) if job.on_done is not None else None
         done.answer = answer
