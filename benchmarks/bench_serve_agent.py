@@ -53,6 +53,9 @@ REPO = Path(__file__).resolve().parent.parent
 SERVERS = ("agspec", "agspec-none", "llama-cpp", "llama-cpp-pld")
 # mini_textbased.yaml's action format (LitellmTextbasedModelConfig.action_regex).
 ACTION = re.compile(r"```mswea_bash_command\s*\n(.*?)\n```", re.S)
+DEFAULT_PROFILE = (
+    REPO / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
+)
 FIXED_MTIME = 1_700_000_000  # what `ls -l` shows for every file of a fresh task copy
 
 
@@ -647,7 +650,13 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="llama_cpp.server --draft_model_num_pred_tokens (its default: 10)",
     )
-    ap.add_argument("--cost-profile", default=None, help="passed to agspec serve")
+    ap.add_argument(
+        "--cost-profile",
+        default=str(DEFAULT_PROFILE),
+        help="passed to agspec serve (default: the shipped profile of Qwen2.5-Coder-0.5B on "
+        "this project's 2-core EPYC, measured on a quiet machine); '' lets the server "
+        "measure (or reuse) its own",
+    )
     ap.add_argument("--state-dir", default=None, help="passed to agspec serve")
     ap.add_argument(
         "--model-alias",
