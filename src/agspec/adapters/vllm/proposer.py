@@ -45,6 +45,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -59,6 +60,7 @@ CLASS_NAME = "AgSpecProposer"
 PROPOSER_PATH = f"{__name__}.{CLASS_NAME}"
 ENV_OPTIONS = "AGSPEC_VLLM_OPTIONS"
 _ENCODED_PREFIX = CLASS_NAME + "__"
+_MAX_SESSION_STATS = 10_000
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,8 @@ class AgSpecProposer:
             ),
             0,
         )
-        self._sessions: dict[str, dict[str, int]] = {}
+        # Per-session counters of the most recent sessions (bounded: stats only).
+        self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stats_lock = threading.Lock()
         _install_runner_hook()
         log.info(
@@ -309,12 +312,28 @@ class AgSpecProposer:
             self._reqs[rid] = st
             self._counters["requests_begun"] += 1
         session = self.server.session(st.session_id, emission_format=self.options.emission_format)
-        info = self._sessions.setdefault(
-            st.session_id, {"calls": 0, "requests": 0, "corpus_tokens_seen_at_begin": 0}
-        )
+        info = self._sessions.get(st.session_id)
+        if info is not None:
+            self._sessions.move_to_end(st.session_id)
+        else:
+            while len(self._sessions) >= _MAX_SESSION_STATS:
+                self._sessions.popitem(last=False)
+            info = self._sessions[st.session_id] = {
+                "requests": 0,
+                "calls": 0,
+                "explicit": st.resolution is None,
+                "agents": [],
+                "corpus_tokens_at_begin": [],
+            }
         if st.calls_begun == 0:
             info["requests"] += 1
-            info["corpus_tokens_seen_at_begin"] = session.session_corpus.num_tokens
+            # Tokens the session corpus already held when this request began (from the
+            # session's earlier requests): > 0 means the request drafts from them.
+            seen = info["corpus_tokens_at_begin"]
+            seen.append(session.session_corpus.num_tokens)
+            del seen[:-64]
+            if st.agent not in info["agents"]:
+                info["agents"].append(st.agent)
         info["calls"] += 1
         call = session.call(st.agent, "other", turn=info["requests"])
         call.begin(context)
