@@ -180,7 +180,7 @@ NB_MODULE(_native, m) {
             const Token t = token_id(token);
             c.extend(&t, 1);
           },
-          nb::arg("token"), nb::sig("def extend_one(self, token: int) -> None"))
+          nb::arg("token").none(), nb::sig("def extend_one(self, token: int) -> None"))
       .def("match_length", &MatchCursor::match_length)
       .def(
           "occurrences",

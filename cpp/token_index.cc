@@ -1,12 +1,11 @@
 #include "token_index.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 namespace agspec {
 
@@ -25,16 +24,41 @@ void check_tokens(const Token* tokens, size_t n) {
 
 // ------------------------------------------------------------ access control
 
-// Never waits: a caller that finds the index held by the other kind of call gets
-// StateError, as documented, and can retry. Acquire on entry and release on exit order
-// a writer's changes before every later reader's reads, and readers' reads before a
-// later writer's changes.
+// A call that finds the index held by the other kind of call waits a little for it to
+// end (a query or a small extend takes microseconds), and raises StateError if it has
+// not: it never waits for a long extend, remove or save, and two calls cannot wait on
+// each other for longer than that. Acquire on entry and release on exit order a
+// writer's changes before every later reader's reads, and readers' reads before a later
+// writer's changes.
+namespace {
+
+constexpr auto kShortWait = std::chrono::milliseconds(10);
+
+// Yields until done() or the deadline; returns done().
+template <class Done>
+bool wait_until(std::chrono::steady_clock::time_point deadline, Done done) {
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
 void TokenIndex::enter_read() const {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
-  const uint32_t before = access_.fetch_add(1, std::memory_order_acquire);
-  if (before & kWriting) {
-    access_.fetch_sub(1, std::memory_order_release);
-    throw StateError("the index is being changed by another thread");
+  if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;  // fast path
+  access_.fetch_sub(1, std::memory_order_release);  // never hold a writer up while waiting
+  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
+  for (;;) {
+    if (!wait_until(deadline, no_writer)) {
+      throw StateError("the index is being changed by another thread");
+    }
+    if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
+    if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;
+    access_.fetch_sub(1, std::memory_order_release);  // another writer came first
   }
 }
 
@@ -42,11 +66,28 @@ void TokenIndex::exit_read() const { access_.fetch_sub(1, std::memory_order_rele
 
 void TokenIndex::enter_write() {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
-  uint32_t expected = 0;
-  if (!access_.compare_exchange_strong(expected, kWriting, std::memory_order_acquire)) {
-    throw StateError(expected & kWriting
-                         ? "the index is being changed by another thread"
-                         : "the index is being read by another thread (a save or a query)");
+  // Claim the writer's bit (at most one writer), then let the readers inside finish:
+  // new readers see the bit and stay out.
+  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
+  uint32_t seen = access_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (seen & kWriting) {
+      if (!wait_until(deadline, no_writer)) {
+        throw StateError("the index is being changed by another thread");
+      }
+      seen = access_.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (access_.compare_exchange_weak(seen, seen | kWriting, std::memory_order_acquire)) break;
+  }
+  if (!wait_until(deadline, [this] { return access_.load(std::memory_order_acquire) == kWriting; })) {
+    access_.fetch_sub(kWriting, std::memory_order_release);
+    throw StateError("the index is being read by another thread (a save or a query)");
+  }
+  if (closed_.load(std::memory_order_acquire)) {
+    access_.fetch_sub(kWriting, std::memory_order_release);
+    throw StateError("the index was closed");
   }
 }
 

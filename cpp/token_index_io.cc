@@ -74,7 +74,9 @@ class Writer {
   void chunk(const char* data, size_t n) {
     static const char zeros[8] = {0};
     const size_t pad = padding(n);
-    ok_ = ok_ && std::fwrite(data, 1, n, f_) == n && std::fwrite(zeros, 1, pad, f_) == pad;
+    // An empty vector's data() may be null, which fwrite must not be given.
+    ok_ = ok_ && (n == 0 || std::fwrite(data, 1, n, f_) == n) &&
+          std::fwrite(zeros, 1, pad, f_) == pad;
     sum_.update(data, n);
     bytes_ += n + pad;
   }
@@ -109,7 +111,7 @@ class Reader {
     const size_t pad = padding(n);
     if (left_ < n + pad) throw FormatError("index file is corrupt: payload ends early");
     char tail[8] = {0};
-    if (std::fread(data, 1, n, f_) != n || std::fread(tail, 1, pad, f_) != pad) {
+    if ((n != 0 && std::fread(data, 1, n, f_) != n) || std::fread(tail, 1, pad, f_) != pad) {
       throw FormatError("index file: short read");
     }
     for (size_t i = 0; i < pad; ++i) {
