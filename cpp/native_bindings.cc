@@ -8,9 +8,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "cursor_set.h"
 #include "token_index.h"
 
 namespace nb = nanobind;
+using agspec::CursorSet;
 using agspec::MatchCursor;
 using agspec::Token;
 using agspec::TokenIndex;
@@ -192,4 +194,91 @@ NB_MODULE(_native, m) {
            nb::arg("max_occurrences"))
       .def_prop_ro("num_fed", &MatchCursor::num_fed)
       .def_prop_ro("max_match_tokens", &MatchCursor::max_match);
+
+  // A request's cursors over its corpora, moved and read in one call per step
+  // (agspec.corpus_set); the *_batch functions do the same for many requests at once.
+  nb::class_<CursorSet>(m, "CursorSet")
+      .def(nb::init<>())
+      .def(
+          "add_cursor",
+          [](CursorSet& s, const IndexHandle& index, int32_t max_match_tokens,
+             const std::vector<int32_t>& tail) {
+            return s.add_cursor(index.get(), max_match_tokens, tail.data(), tail.size());
+          },
+          nb::arg("index"), nb::arg("max_match_tokens"), nb::arg("tail"))
+      .def(
+          "add_append",
+          [](CursorSet& s, const IndexHandle& index, int64_t doc_id) {
+            s.add_append(index.get(), doc_id);
+          },
+          nb::arg("index"), nb::arg("doc_id"))
+      .def(
+          "remove_append",
+          [](CursorSet& s, const IndexHandle& index) { s.remove_append(index.index.get()); },
+          nb::arg("index"))
+      .def(
+          "advance",
+          [](CursorSet& s, const std::vector<int32_t>& tokens) {
+            s.advance(tokens.data(), tokens.size());
+          },
+          nb::arg("tokens"))
+      .def("match_lengths",
+           [](CursorSet& s) {
+             std::vector<int32_t> out(s.size());
+             s.match_lengths(out.data());
+             return out;
+           })
+      .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
+           nb::arg("rule"), nb::arg("max_occurrences"))
+      .def("__len__", &CursorSet::size);
+
+  m.def(
+      "advance_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<std::vector<int32_t>>& tokens) {
+        if (sets.size() != tokens.size()) {
+          throw agspec::ArgumentError("advance_batch: one token list per cursor set");
+        }
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (sets[i] == nullptr) throw agspec::ArgumentError("advance_batch: a set is None");
+          sets[i]->advance(tokens[i].data(), tokens[i].size());
+        }
+      },
+      nb::arg("sets"), nb::arg("tokens"));
+  m.def(
+      "match_lengths_batch",
+      [](const std::vector<CursorSet*>& sets) {
+        size_t total = 0;
+        for (const CursorSet* s : sets) {
+          if (s == nullptr) throw agspec::ArgumentError("match_lengths_batch: a set is None");
+          total += s->size();
+        }
+        std::vector<int32_t> out(total);
+        size_t at = 0;
+        for (CursorSet* s : sets) {
+          s->match_lengths(out.data() + at);
+          at += s->size();
+        }
+        return out;
+      },
+      nb::arg("sets"));
+  m.def(
+      "continuation_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
+         const std::vector<int64_t>& max_tokens, const std::vector<int>& rules,
+         size_t max_occurrences) {
+        if (slots.size() != sets.size() || max_tokens.size() != sets.size() ||
+            rules.size() != sets.size()) {
+          throw agspec::ArgumentError("continuation_batch: one slot, length and rule per set");
+        }
+        std::vector<std::vector<Token>> out(sets.size());
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (slots[i] < 0 || max_tokens[i] <= 0) continue;  // no draft for this request
+          if (sets[i] == nullptr) throw agspec::ArgumentError("continuation_batch: a set is None");
+          out[i] = sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
+                                         max_occurrences);
+        }
+        return out;
+      },
+      nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
+      nb::arg("max_occurrences"));
 }
