@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
+from agspec.corpus_set import CorpusSet, SourceRule, advance_batch, match_lengths_batch
 from agspec.costmodel import break_even_accept_prob
 from agspec.policy.cost_length import MatchSurvival
 from agspec.policy.length import (
@@ -307,6 +308,18 @@ class AgSpecServer:
         self._empty: tuple[SessionCorpus, WorkspaceCorpus] | None = None
         self._clock = clock
         # Hot-path lookups, computed once.
+        # The source preference, most preferred first (agspec.corpus_set.SourceRule): the
+        # paper's order, with history (beyond the paper) between global and the live ones.
+        self.source_order: list[SourceRule] = (
+            [SourceRule("request")]
+            if cfg.use_request
+            else [
+                SourceRule("global", cfg.global_margin_tokens),
+                SourceRule("history"),
+                SourceRule("workspace"),
+                SourceRule("session"),
+            ]
+        )
         self.rules: dict[Source, ContinuationRule] = {
             "request": cfg.session_rule,
             "session": cfg.session_rule,
@@ -411,7 +424,7 @@ class AgSpecServer:
         if self._live_tokens > budget and not s.frozen:
             s.frozen = True
             for call in list(s._calls):
-                call._index_output = False
+                call._stop_indexing()
             log.warning(
                 "session %s alone holds %d tokens, over the live token budget of %d: it "
                 "stops indexing new tokens and drafts from what it holds",
@@ -497,15 +510,17 @@ class AgSpecSession:
 class AgSpecCall:
     """One model call: `begin / propose / accept / end`.
 
-    After `propose`, `last_source` and `last_match_length` say where the draft came from.
+    The call's corpora (session, workspace, history, global, or its own text only) sit
+    behind one `CorpusSet`: a step feeds them the committed tokens in one native call
+    and reads their match lengths in another. After `propose`, `last_source` and
+    `last_match_length` say where the draft came from.
     """
 
     def __init__(self, session: AgSpecSession, agent: str, role: str, turn: int, doc_id: int):
         self.session = session
         self.agent, self.role, self.turn = agent, role, turn
         self._doc_id = doc_id
-        self._cursors: dict[Source, Any] = {}  # MatchCursor or an engine's cursor
-        self._cursor_items: list[tuple[Source, Any]] = []
+        self._corpora: CorpusSet | None = None
         self._cap = 0
         self._request: Any = None
         self._draft: list[int] = []
@@ -521,12 +536,19 @@ class AgSpecCall:
     def _release(self) -> None:
         """The session ended or was evicted: drop every reference to its corpora."""
         self._released = self._ended = True
-        self._cursors.clear()
-        self._cursor_items = []
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
         self._request = None
         self._output = []
         self._draft = []
         self._decision = None
+        self._index_output = False
+
+    def _stop_indexing(self) -> None:
+        """The session stopped indexing (over the live token budget on its own)."""
+        if self._index_output and self._corpora is not None:
+            self._corpora.stop_appending(self.session.session_corpus.index)
         self._index_output = False
 
     def _not_live(self, what: str) -> Exception:
@@ -538,7 +560,8 @@ class AgSpecCall:
         if self._begun:
             raise RuntimeError("begin() was already called for this call")
         self.session._check_open()
-        cfg = self.session.server.config
+        server = self.session.server
+        cfg = server.config
         # Lists go to the corpora as they are (the native side checks the ids it indexes);
         # only the tail can be part of a match, so only the tail feeds the cursors.
         prompt = (
@@ -546,32 +569,38 @@ class AgSpecCall:
             if isinstance(prompt_ids, list)
             else as_tokens(prompt_ids, what="prompt_ids").tolist()
         )
-        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids")
-        m = cfg.max_match_tokens
+        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
         sess = self.session
+        entries: list[tuple[str, Any, ContinuationRule]] = []
+        appends: list[tuple[Any, int]] = []
         if cfg.use_session:
             if not sess.frozen:
                 before = sess.session_corpus.num_tokens
                 sess.session_corpus.add_prompt(self._doc_id, prompt)
-                sess.server._grew(sess, sess.session_corpus.num_tokens - before)
-            self._cursors["session"] = sess.session_corpus.index.match(tail, max_match_tokens=m)
+                server._grew(sess, sess.session_corpus.num_tokens - before)
+            entries.append(("session", sess.session_corpus.index, cfg.session_rule))
             self._index_output = not sess.frozen
+            if self._index_output:
+                appends.append((sess.session_corpus.index, self._doc_id))
         if cfg.use_workspace:
-            self._cursors["workspace"] = self.session.workspace.index.match(
-                tail, max_match_tokens=m
-            )
-        h = self.session.server.history
-        if h is not None:
-            self._cursors["history"] = h.match(tail, max_match_tokens=m)
-        g = self.session.server.global_corpus
-        if g is not None:
-            self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
+            entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
+        if server.history is not None:
+            entries.append(("history", server.history, cfg.history_rule))
+        if server.global_corpus is not None:
+            entries.append(("global", server.global_corpus.index, cfg.global_rule))
         if cfg.use_request:
             self._request = ENGINES[cfg.engine]()
             self._request.extend_list(0, prompt)
-            self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
-        self._cursor_items = list(self._cursors.items())
-        lengths = self.session.server.lengths
+            entries.append(("request", self._request, cfg.session_rule))
+            appends.append((self._request, 0))
+        self._corpora = CorpusSet(
+            entries,
+            tail,
+            max_match_tokens=cfg.max_match_tokens,
+            appends=appends,
+            order=server.source_order,
+        )
+        lengths = server.lengths
         # The cap of this agent cannot change during a call: look it up once.
         self._cap = lengths.caps.cap_for(
             self.agent, model=lengths.model, batch_size=lengths.batch_size
@@ -587,50 +616,59 @@ class AgSpecCall:
         self.last_source, self.last_match_length = None, 0
         if max_tokens == 0:
             return []
+        corpora = self._corpora
+        assert corpora is not None
+        slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
+        if want == 0:
+            return []
+        draft = corpora.continuation(
+            slot, want, max_occurrences=self.session.server.config.max_occurrences
+        )
+        return self._take(draft, slot, want, m)
+
+    def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
+        """Source slot, draft length and match length for these match lengths (policy)."""
+        corpora = self._corpora
+        assert corpora is not None
+        slot = corpora.pick(lengths)
+        if slot < 0:
+            return -1, 0, 0
+        m = lengths[slot]
         server = self.session.server
-        cfg = server.config
-        lengths = {k: c.match_length for k, c in self._cursor_items}
-        if "request" in lengths:
-            source: Source | None = "request" if lengths["request"] > 0 else None
-        else:
-            source = choose_source(
-                lengths.get("session", 0),
-                lengths.get("workspace", 0),
-                lengths.get("global", 0),
-                cfg.global_margin_tokens,
-                m_h=lengths.get("history", 0),
-            )
-        if source is None:
-            return []
-        m = lengths[source]
-        if m < cfg.min_match_tokens:
-            return []
-        cursor = self._cursors[source]
+        if m < server.config.min_match_tokens:
+            return -1, 0, 0
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
-        engine_max = getattr(cursor, "engine_max_tokens", None)
         want = server.lengths.draft_length(
-            self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
+            self.agent,
+            match_tokens=m,
+            available_tokens=max_tokens,
+            engine_max_tokens=corpora.engine_max_tokens(slot),
         ).draft_tokens
-        if server.cost_mode:
+        if server.cost_mode and want:
             # The best length over [0, want] bounds the one over [0, retrieved]; when it is
             # 0 (most short matches on a CPU), skip the continuation altogether.
             want = server.lengths.cost_length(self.agent, m, want)
-            if want == 0:
-                return []
-        draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
+        return slot, want, m
+
+    def _take(self, draft: list[int], slot: int, want: int, m: int) -> list[int]:
+        """Records the draft of this step (after the continuation was copied)."""
+        server = self.session.server
         if server.cost_mode and len(draft) < want:
             draft = draft[: server.lengths.cost_length(self.agent, m, len(draft))]
-            if not draft:
-                return []
+        if not draft:
+            return []
         cap = self._cap
         # Censored only when the cap itself bounded the draft (not max_tokens, not text).
         capped = server.capped_mode and len(draft) == want == cap
         self._draft = draft
         self._decision = LengthDecision(len(draft), cap, capped, m)
-        self.last_source, self.last_match_length = source, m
+        assert self._corpora is not None
+        self.last_source = self._corpora.names[slot]  # type: ignore[assignment]
+        self.last_match_length = m
         return list(draft)
 
-    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+    def _check_committed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
+        """The committed tokens as a list, checked against the draft; feeds the policy."""
         if not self._begun or self._ended:
             raise self._not_live("accept()")
         committed = (
@@ -652,28 +690,35 @@ class AgSpecCall:
             raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
-        lengths = self.session.server.lengths
+        if type(last) is not int:
+            committed = [*committed[:-1], int(last)]
+        server = self.session.server
+        lengths = server.lengths
         if self._decision is not None and draft:
             accepted = accept_length(draft, committed)
             lengths.observe(self.agent, self._decision, accepted)
-        if self.session.server.batch_cost_mode:
+        if server.batch_cost_mode:
             lengths.note_step(len(draft), n)
         self._draft, self._decision = [], None
-        # Checked above: hand the list to the native objects directly (hot path).
-        for cur in self._cursors.values():
-            cur.extend_list(committed)
+        return committed
+
+    def _count(self, n: int) -> None:
+        """Bookkeeping after the corpora took `n` committed tokens."""
         if self._index_output:
             sess = self.session
-            sess.session_corpus.index.extend_list(self._doc_id, committed)
             sess._counted += n
             server = sess.server
             server._live_tokens += n
             if server._live_tokens > server.config.live_token_budget:
                 server._over_budget(sess)
+
+    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+        committed = self._check_committed(committed_ids)
+        assert self._corpora is not None
+        self._corpora.advance(committed)
         if self.session.server.history is not None:
             self._output.extend(committed)
-        if self._request is not None:
-            self._request.extend_list(0, committed)
+        self._count(len(committed))
 
     def end(self) -> None:
         if self._ended:
@@ -681,11 +726,79 @@ class AgSpecCall:
         self._ended = True
         self.session.server.add_history(self._output)
         self._output = []
-        self._cursors.clear()
-        self._cursor_items = []
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
         self._request = None
         if not self.session.closed:
             self.session.server.touch(self.session.session_id)
+
+
+def step_batch(
+    calls: Sequence[AgSpecCall],
+    committed: Sequence[Sequence[int] | np.ndarray | None],
+    max_tokens: Sequence[int] | int,
+) -> list[list[int]]:
+    """One verification step for many requests at once: accept, then propose.
+
+    `committed[i]` is what the engine committed for `calls[i]` since its last step (its
+    accepted draft prefix plus one token; None or empty right after `begin`), and
+    `max_tokens[i]` bounds its next draft. Returns the drafts, in order. Equivalent to
+    `accept` on every call, then `propose` on every call (so requests of one session see
+    each other's tokens of this step), with every corpus of every request moved in one
+    native call and every match read in another (one per call with a non-native engine).
+    The calls may belong to different sessions of one server, or of several.
+
+    >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
+    """
+    n = len(calls)
+    if len(committed) != n:
+        raise ValueError(f"committed has {len(committed)} entries for {n} calls")
+    caps = [max_tokens] * n if isinstance(max_tokens, int) else list(max_tokens)
+    if len(caps) != n:
+        raise ValueError(f"max_tokens has {len(caps)} entries for {n} calls")
+    sets: list[CorpusSet] = []
+    moved: list[list[int]] = []
+    for call, c in zip(calls, committed):
+        if c is not None and len(c):
+            toks = call._check_committed(c)
+            assert call._corpora is not None
+            sets.append(call._corpora)
+            moved.append(toks)
+            if call.session.server.history is not None:
+                call._output.extend(toks)
+        elif not call._begun or call._ended:
+            raise call._not_live("step_batch()")
+    if sets:
+        advance_batch(sets, moved)
+    for call, c in zip(calls, committed):
+        if c is not None and len(c):
+            call._count(len(c))
+    # Propose: read every match in one call, plan each draft, copy the continuations.
+    live: list[AgSpecCall] = []
+    for call, k in zip(calls, caps):
+        if not call._begun or call._ended:
+            raise call._not_live("step_batch()")
+        if k < 0 or k > 1 << 16:
+            raise ValueError(f"max_tokens must be in [0, 65536], got {k}")
+        call._draft = []
+        call.last_source, call.last_match_length = None, 0
+        live.append(call)
+    all_sets = [call._corpora for call in live]
+    lengths = match_lengths_batch(all_sets)  # type: ignore[arg-type]
+    plans = [call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(live, lengths, caps)]
+    drafts: list[list[int]] = []
+    for call, (slot, want, m) in zip(live, plans):
+        if want == 0:
+            drafts.append([])
+            continue
+        corpora = call._corpora
+        assert corpora is not None
+        draft = corpora.continuation(
+            slot, want, max_occurrences=call.session.server.config.max_occurrences
+        )
+        drafts.append(call._take(draft, slot, want, m))
+    return drafts
 
 
 def _break_even(cost_model: Any, batch_size: int) -> float | None:

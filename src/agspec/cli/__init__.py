@@ -20,6 +20,7 @@ _GROUPS = [
     "models_cmd",
     "costmodel_cmd",
     "record_cmd",
+    "serve_cmd",
 ]
 
 

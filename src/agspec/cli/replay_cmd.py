@@ -90,6 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="caps file from `agspec profile` for the AgSpec drafters (default: built-in cap)",
     )
     replay.add_argument("--no-steps", action="store_true", help="do not write per-step records")
+    replay.add_argument(
+        "--steady-state",
+        action="store_true",
+        help="B > 1: keep every slot busy until the last session ends, with filler replays "
+        "on servers of their own (docs/replay.md)",
+    )
     replay.add_argument("--no-plots", action="store_true", help="do not write plots")
     replay.add_argument("--no-progress", action="store_true", help="no progress bars")
     replay.add_argument(
@@ -136,6 +142,7 @@ def _replay(args: argparse.Namespace) -> int:
         decode_step_ms=args.decode_step_ms,
         traces=tuple(args.traces),
         write_steps=not args.no_steps,
+        steady_state=args.steady_state,
         extra={"caps": args.caps} if args.caps else {},
     )
     if args.caps:

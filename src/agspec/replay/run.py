@@ -36,7 +36,7 @@ from typing import Any
 from agspec._files import atomic_write_text
 from agspec.replay.oracle import ORACLE_SCOPES, OracleServer
 from agspec.replay.records import ReplayCall, ReplaySession, StepRecorder, write_steps
-from agspec.replay.registry import ORACLE, drafter_names, make_server
+from agspec.replay.registry import ORACLE, drafter_names, make_server, preload_drafters
 from agspec.replay.simulator import BATCH_COST_RULES, BatchResult, replay_batched
 
 GLOBAL_SPLITS = ("two-fold", "none")
@@ -63,6 +63,9 @@ class RunConfig:
     traces: tuple[str, ...] = ()
     write_steps: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # B > 1: keep every slot busy until the last session ends, with filler replays that run
+    # on servers of their own (`replay_batched(fillers=...)`; docs/replay.md).
+    steady_state: bool = False
 
     def __post_init__(self) -> None:
         if not self.drafters:
@@ -355,6 +358,14 @@ def run_replay(
     config_json["sources"] = sources_info
     _write_json(out / "config.json", config_json)
 
+    # Every drafter resolved and its modules imported before the first replay (issue 15).
+    first_model = next(iter(cost_models.values()))[0]
+    preload_drafters(
+        config.drafters,
+        tokenizer=tokenizer,
+        cost_model=first_model,
+        batch_size=max(config.batch_sizes),
+    )
     tasks = [
         (source, name, batch_size)
         for source in by_source
@@ -423,6 +434,21 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
         batch_size=batch_size,
     )
     pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
+    fillers = None
+    if config.steady_state and batch_size > 1:
+        import itertools
+
+        # Fresh servers for the fillers (same folds, same global corpora), so the fillers
+        # never add to what a measured session's drafter knows.
+        spare = make_servers(
+            name,
+            group,
+            config,
+            tokenizer=_STATE["tokenizer"],
+            cost_model=cost_model,
+            batch_size=batch_size,
+        )
+        fillers = itertools.cycle([(s, spare[fold_of(s.session_id)]) for s in group])
     t0 = time.perf_counter()
     result = _replay_with_progress(
         pairs,
@@ -432,6 +458,7 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
         decode_step_ms=step_ms,
         label=f"{source} {name} B={batch_size}",
         progress=progress,
+        fillers=fillers,
     )
     wall_s = time.perf_counter() - t0
     entry = _entry(source, name, result, config, wall_s)
@@ -462,6 +489,7 @@ def _replay_with_progress(
     decode_step_ms: float,
     label: str,
     progress: bool,
+    fillers: Any = None,
 ) -> BatchResult:
     total = sum(s.num_output_tokens for s, _ in pairs)
     bar = None
@@ -486,6 +514,7 @@ def _replay_with_progress(
             batch_cost=config.batch_cost,
             decode_step_ms=decode_step_ms,
             on_progress=on_progress if bar is not None else None,
+            fillers=fillers,
         )
     finally:
         if bar is not None:

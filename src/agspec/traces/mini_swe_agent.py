@@ -29,7 +29,7 @@ import posixpath
 import re
 from typing import Any
 
-from agspec.traces._util import load_json, need, read_bytes, stem
+from agspec.traces._util import load_json, need, read_bytes, session_id_of, stem
 from agspec.traces.artifacts import ArtifactTracker
 from agspec.traces.roles import infer_role
 from agspec.traces.schema import Call, EmissionFormat, Message, Session, TraceFormatError
@@ -106,10 +106,11 @@ def parse_mini_swe_agent(data: bytes, name: str = "<traj.json>") -> Session:
 
     task = doc.get("instance_id") if isinstance(doc.get("instance_id"), str) else None
     task = task or stem(name, (".traj.json", ".json"))
+    model = _model_name(doc)
     return Session(
-        session_id=f"{SOURCE}/{task}",
+        session_id=session_id_of(SOURCE, model, task),
         source=SOURCE,
-        model=_model_name(doc),
+        model=model,
         task_id=task,
         calls=calls,
     )

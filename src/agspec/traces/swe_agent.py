@@ -28,7 +28,7 @@ import os
 import re
 from typing import Any
 
-from agspec.traces._util import load_json, need, read_bytes, stem
+from agspec.traces._util import load_json, need, read_bytes, session_id_of, stem
 from agspec.traces.artifacts import ArtifactTracker
 from agspec.traces.roles import infer_role
 from agspec.traces.schema import Call, EmissionFormat, Message, Session, TraceFormatError
@@ -117,7 +117,11 @@ def parse_swe_agent(
         )
     task = stem(name, (".traj",))
     return Session(
-        session_id=f"{SOURCE}/{task}", source=SOURCE, model=model, task_id=task, calls=calls
+        session_id=session_id_of(SOURCE, model, task),
+        source=SOURCE,
+        model=model,
+        task_id=task,
+        calls=calls,
     )
 
 
