@@ -18,6 +18,14 @@ void CursorSet::add_append(std::shared_ptr<TokenIndex> index, int64_t doc_id) {
   appends_.emplace_back(std::move(index), doc_id);
 }
 
+void CursorSet::remove_append(const TokenIndex* index) {
+  std::vector<std::pair<std::shared_ptr<TokenIndex>, int64_t>> kept;
+  for (auto& a : appends_) {
+    if (a.first.get() != index) kept.push_back(std::move(a));
+  }
+  appends_ = std::move(kept);
+}
+
 void CursorSet::advance(const Token* tokens, size_t n) {
   if (n == 0) return;
   // Checked before anything moves: a bad id leaves every cursor and document as it was.

@@ -23,6 +23,8 @@ class CursorSet {
   // A document that every advance() appends the committed tokens to, after the cursors
   // have moved (so a cursor never matches the tokens it was just fed).
   void add_append(std::shared_ptr<TokenIndex> index, int64_t doc_id);
+  // Stops appending to `index` (a session that stopped indexing new tokens).
+  void remove_append(const TokenIndex* index);
 
   // One verification step: every cursor is fed `tokens`, then every append target grows.
   void advance(const Token* tokens, size_t n);

@@ -213,6 +213,10 @@ NB_MODULE(_native, m) {
           },
           nb::arg("index"), nb::arg("doc_id"))
       .def(
+          "remove_append",
+          [](CursorSet& s, const IndexHandle& index) { s.remove_append(index.index.get()); },
+          nb::arg("index"))
+      .def(
           "advance",
           [](CursorSet& s, const std::vector<int32_t>& tokens) {
             s.advance(tokens.data(), tokens.size());
