@@ -389,27 +389,23 @@ def replay_batched(
             while True:
                 gen = slots[i]
                 if gen is None:
-                    if not exhausted:
-                        nxt = next(pending, None)
-                        if nxt is None:
-                            exhausted = True
-                    if exhausted:
-                        if fillers is None:
-                            break
-                        nxt = next(fillers, None)
-                        if nxt is None:
-                            break
-                        session, server = nxt
-                        gen = _session_steps(
-                            server, session, session.session_id, max_draft_tokens, filler_setup
-                        )
-                        filler[i] = True
-                    else:
-                        index, (session, server) = nxt  # type: ignore[misc]
+                    nxt = None if exhausted else next(pending, None)
+                    if nxt is not None:
+                        session, server = nxt[1]
                         gen = _session_steps(
                             server, session, session.session_id, max_draft_tokens, setup
                         )
                         filler[i] = False
+                    else:
+                        exhausted = True
+                        spare = None if fillers is None else next(fillers, None)
+                        if spare is None:
+                            break
+                        session, server = spare
+                        gen = _session_steps(
+                            server, session, session.session_id, max_draft_tokens, filler_setup
+                        )
+                        filler[i] = True
                     slots[i] = gen
                 try:
                     (filler_rows if filler[i] else rows).append(next(gen))
