@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                     model=args.model, messages=messages, max_tokens=args.max_tokens,
                     temperature=0, extra_headers={"X-AgSpec-Return-Ids": "1"},
                 )  # fmt: skip
-                info = r.model_extra["agspec"]
+                info: dict[str, Any] = (r.model_extra or {})["agspec"]
+                assert r.usage is not None
                 rows.append({
                     "session": sid, "role": call.role, "agent": call.agent,
                     "tokens": r.usage.completion_tokens, "decode_ms": info["decode_ms"],
