@@ -329,6 +329,14 @@ def agent_command(
         f"{kw}.temperature=0.0",
         "-c",
         f"{kw}.max_tokens={args.max_tokens}",
+        # llama_cpp.server's default repeat_penalty is 1.1, which is not greedy decoding
+        # (and penalizes exactly the copying a drafter speeds up); litellm passes
+        # extra_body through unchanged.
+        *(
+            ["-c", f'{kw}.extra_body={{"repeat_penalty": {args.repeat_penalty}}}']
+            if args.repeat_penalty is not None
+            else []
+        ),
         "-c",
         f"environment.cwd={cwd}",
         "-c",
@@ -397,6 +405,7 @@ def call_records(exchanges: Sequence[Exchange]) -> list[dict[str, Any]]:
                 "role": infer_role(actions[0]) if len(actions) == 1 else "other",
                 # mini-swe-agent runs an output only with exactly one action block.
                 "n_actions": len(actions),
+                "first_action_role": infer_role(actions[0]) if actions else "other",
                 "prompt_tokens": int(usage.get("prompt_tokens") or 0),
                 "completion_tokens": ntok,
                 "wall_s": wall_s,
@@ -404,6 +413,7 @@ def call_records(exchanges: Sequence[Exchange]) -> list[dict[str, Any]]:
                 "finish_reason": choice.get("finish_reason"),
                 "content": content,
                 "messages": req.get("messages"),
+                "params": {k: v for k, v in req.items() if k != "messages"},
             }
         )
     return calls
@@ -645,6 +655,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=6, help="agent steps (model calls) per task")
     ap.add_argument("--max-tokens", type=int, default=384, help="max_tokens of every call")
     ap.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=1.0,
+        help="sent with every call (llama_cpp.server's own default is 1.1)",
+    )
+    ap.add_argument(
         "--pld-num-pred-tokens",
         type=int,
         default=10,
@@ -659,9 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--state-dir", default=None, help="passed to agspec serve")
     ap.add_argument(
-        "--model-alias",
-        default="qwen2.5-coder-0.5b-instruct",
-        help="the model id llama_cpp.server reports",
+        "--model-alias", default=None, help="the model id llama_cpp.server reports (file stem)"
     )
     ap.add_argument(
         "--agent-python",
@@ -695,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks = tasks[: args.max_tasks]
     loaded = [load_task(t) for t in tasks]
     model = resolve_model(args.model)
+    args.model_alias = args.model_alias or model.stem
     if args.agent_python is None:
         out = subprocess.run(
             ["bash", str(REPO / "scripts" / "install_agent.sh")],
