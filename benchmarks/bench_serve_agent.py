@@ -190,8 +190,7 @@ def server_command(
         ]
         if args.cost_profile:
             cmd += ["--cost-profile", args.cost_profile]
-        if args.state_dir:
-            cmd += ["--state-dir", args.state_dir]
+        cmd += ["--state-dir", args.state_dir or str(run_dir / f"{name}.state")]
         return cmd
     if name in ("llama-cpp", "llama-cpp-pld"):
         # llama_cpp.server takes its ModelSettings fields as --field_name flags.
@@ -673,7 +672,9 @@ def main(argv: list[str] | None = None) -> int:
         "this project's 2-core EPYC, measured on a quiet machine); '' lets the server "
         "measure (or reuse) its own",
     )
-    ap.add_argument("--state-dir", default=None, help="passed to agspec serve")
+    ap.add_argument(
+        "--state-dir", default=None, help="passed to agspec serve (default: one per server)"
+    )
     ap.add_argument(
         "--model-alias", default=None, help="the model id llama_cpp.server reports (file stem)"
     )
@@ -689,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-timeout-s", type=float, default=600)
     ap.add_argument("--run-dir", default=None, help="keep logs, trajectories, records here")
     ap.add_argument("--out", default=None, help="write the results JSON here")
+    ap.add_argument("--order", choices=("task-major", "server-major"), default="task-major")
     ap.add_argument("--quick", action="store_true", help="1 task, 3 steps, agspec vs agspec-none")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
@@ -726,32 +728,40 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {load_start}; run dir {run_dir}", flush=True)
     proxy = RecordingProxy()
     results: list[dict[str, Any]] = []
-    startup: dict[str, float] = {}
+    startup: dict[str, list[float]] = {n: [] for n in names}
+    # task-major (the default): the servers take turns on each task, so a change in the
+    # machine's load hits all of them alike; the drafter's learned state persists across
+    # its restarts (--state-dir). server-major: one server start for all its tasks.
+    if args.order == "task-major":
+        plan = [(task, n) for task in loaded for n in names]
+    else:
+        plan = [(task, n) for n in names for task in loaded]
+    server: RunningServer | None = None
     t_all = time.perf_counter()
     try:
-        for n in names:
-            server = start_server(n, args, model, run_dir)
-            startup[n] = server.startup_s
+        for task, n in plan:
+            if server is None or server.name != n:
+                if server is not None:
+                    server.stop()
+                    server = None
+                server = start_server(n, args, model, run_dir)
+                startup[n].append(server.startup_s)
+                print(f"[{n}] ready in {server.startup_s:.1f} s on port {server.port}", flush=True)
+                proxy.upstream = ("127.0.0.1", server.port)
+            r = run_session(task, server, proxy, args, work, run_dir)
+            r["load_avg_1m"] = os.getloadavg()[0]
+            results.append(r)
+            s = speed(r["calls"])
             print(
-                f"[{n}] ready in {server.startup_s:.1f} s on port {server.port} "
-                f"(model id {server.model_id!r})",
+                f"[{n}] {task.name}: {r['wall_s']:.0f} s, {s['calls']} calls, "
+                f"{s['completion_tokens']} tok, {s['tokens_per_s']:.1f} tok/s, "
+                f"{'pass' if r['success'] else 'fail'} ({r['exit_status']}), "
+                f"load {r['load_avg_1m']:.1f}",
                 flush=True,
             )
-            proxy.upstream = ("127.0.0.1", server.port)
-            try:
-                for task in loaded:
-                    r = run_session(task, server, proxy, args, work, run_dir)
-                    results.append(r)
-                    s = speed(r["calls"])
-                    print(
-                        f"[{n}] {task.name}: {r['wall_s']:.0f} s, {s['calls']} calls, "
-                        f"{s['completion_tokens']} tok, {s['tokens_per_s']:.1f} tok/s, "
-                        f"{'pass' if r['success'] else 'fail'} ({r['exit_status']})",
-                        flush=True,
-                    )
-            finally:
-                server.stop()
     finally:
+        if server is not None:
+            server.stop()
         proxy.close()
     load_end = os.getloadavg()
     summary = analyse(results, names)
