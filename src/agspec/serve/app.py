@@ -13,7 +13,8 @@ ends with such an object as its last `data:` event, then `[DONE]`.
 
 Responses carry the AgSpec view of the call in headers (`X-AgSpec-Session`,
 `X-AgSpec-Agent`) and, in non-streamed bodies, an `agspec` object (session, steps, drafted
-and accepted tokens, timings), which OpenAI clients ignore.
+and accepted tokens, timings; with the request header `X-AgSpec-Return-Ids: 1` also the
+prompt and output token ids), which OpenAI clients ignore.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
     def make_job(
         *, prompt_ids: list[int], sampling: Any, agent: str, explicit: str | None, kind: str,
         messages: list[dict[str, Any]] | None = None, prompt_text: str = "",
-        hold_all: bool = False, stream: bool = False,
+        hold_all: bool = False, stream: bool = False, return_ids: bool = False,
     ) -> tuple[Job, asyncio.Queue[Any]]:  # fmt: skip
         if messages is not None:
             res = engine.resolver.resolve_messages(messages, explicit=explicit)
@@ -166,6 +167,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             kind=kind, messages=messages or [], prompt_text=prompt_text, hold_all=hold_all,
             stream=stream, deadline=time.monotonic() + engine.config.request_timeout_s,
         )  # fmt: skip
+        job.return_ids = return_ids
         return job, events
 
     async def wait_result(
@@ -246,6 +248,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
         job, events = make_job(
             prompt_ids=ids, sampling=req.sampling, agent=agent, explicit=explicit, kind="chat",
             messages=req.messages, hold_all=bool(tools), stream=req.stream,
+            return_ids=_wants_ids(request),
         )  # fmt: skip
         use_tools = bool(tools)
 
@@ -318,6 +321,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
         job, events = make_job(
             prompt_ids=ids, sampling=req.sampling, agent=agent, explicit=explicit,
             kind="completion", prompt_text=text, stream=req.stream,
+            return_ids=_wants_ids(request),
         )  # fmt: skip
         submit(job, "completions")
         cid = f"cmpl-{secrets.token_hex(12)}"
@@ -346,6 +350,10 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
         return JSONResponse(body, headers=headers_for(job))
 
     return app
+
+
+def _wants_ids(request: Request) -> bool:
+    return request.headers.get("x-agspec-return-ids", "").lower() in ("1", "true", "yes")
 
 
 def _model_card(engine: Engine) -> dict[str, Any]:

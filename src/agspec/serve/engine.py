@@ -103,6 +103,7 @@ class Job:
     prompt_text: str = ""  # completion
     hold_all: bool = False  # tools: parse the whole answer before sending it
     stream: bool = False
+    return_ids: bool = False  # X-AgSpec-Return-Ids: token ids in the `agspec` object
     cancel: threading.Event = field(default_factory=threading.Event)
     deadline: float = math.inf
     submitted: float = field(default_factory=time.monotonic)
@@ -404,16 +405,17 @@ class Engine:
             self.running = 1
             self.metrics.running.set(1)
             t0 = time.monotonic()
+            final: Event
             try:
-                self._run(job)
+                final = self._run(job)
             except Exception as exc:  # never let one request take the worker down
                 log.exception("generation failed")
                 self._reset_cache()
-                job.emit(Failed(APIError(500, f"generation failed: {exc}", type="server_error")))
-            finally:
-                self.running = 0
-                self.metrics.running.set(0)
-                self._recent_s.append(time.monotonic() - t0)
+                final = Failed(APIError(500, f"generation failed: {exc}", type="server_error"))
+            self.running = 0
+            self.metrics.running.set(0)
+            self._recent_s.append(time.monotonic() - t0)
+            job.emit(final)  # after the slot is free: a client that sees it sees a free slot
 
     def _reset_cache(self) -> None:
         try:
@@ -426,6 +428,7 @@ class Engine:
         while self._expired:
             self._end_session(self._expired.popleft())
         self.metrics.sessions.set(len(self.resolver))
+        self.metrics.drafter_sessions.set(len(self._sessions))
 
     def _end_session(self, sid: str, *, save: bool = True) -> None:
         self._turns.pop(sid, None)
@@ -443,11 +446,12 @@ class Engine:
         if s is None or getattr(s, "closed", False):
             s = server.session(sid)
             self._sessions[sid] = s
+            self.metrics.drafter_sessions.set(len(self._sessions))
         elif hasattr(server, "touch"):
             server.touch(sid)
         return s.call(agent, "other", turn)
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job) -> Event:
         from agspec.adapters.llama_cpp import Sampling, generate
 
         m = self.metrics
@@ -498,16 +502,13 @@ class Engine:
         m.completion_tokens.labels(agent).inc(text.num_tokens)
         if job.cancel.is_set() and not text.done:
             m.cancelled.labels("disconnected").inc()
-            job.emit(Finished(text.text, "cancelled", len(job.prompt_ids), text.num_tokens, {}))
-            return
+            return Finished(text.text, "cancelled", len(job.prompt_ids), text.num_tokens, {})
         if timed_out:
             m.cancelled.labels("timeout").inc()
-            job.emit(Failed(_timeout_error()))
-            return
+            return Failed(_timeout_error())
         if self._abort.is_set() and not text.done:
-            job.emit(Failed(APIError(503, "the server shut down during generation",
-                                     type="server_error", code="shutting_down")))  # fmt: skip
-            return
+            return Failed(APIError(503, "the server shut down during generation",
+                                   type="server_error", code="shutting_down"))  # fmt: skip
         finish = "stop" if text.done else "length"
         stats = {
             "session_id": sid,
@@ -524,6 +525,9 @@ class Engine:
             "decode_ms": round(result.total_ms - result.prefill_ms, 2),
             "total_ms": round(result.total_ms, 2),
         }
+        if job.return_ids:
+            stats["prompt_ids"] = list(job.prompt_ids)
+            stats["output_ids"] = text.tokens[: text.num_tokens]
         done = Finished(text.text, finish, len(job.prompt_ids), text.num_tokens, stats)
         answer = job.on_done(done) if job.on_done is not None else None
         done.answer = answer
@@ -550,7 +554,7 @@ class Engine:
                               for s in steps],
                 },
             )  # fmt: skip
-        job.emit(done)
+        return done
 
 
 def _timeout_error() -> APIError:

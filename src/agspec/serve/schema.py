@@ -11,7 +11,8 @@ a 4xx whose message names the field, in the OpenAI shape:
 non-zero penalties, a JSON response format, `tool_choice: "required"`) are refused with a
 400, never silently ignored; fields it does not know are ignored (clients send many).
 
->>> parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).max_tokens
+>>> parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).sampling.temperature
+1.0
 >>> try:
 ...     parse_chat({"model": "m", "messages": [], "n": 2})
 ... except APIError as e:
