@@ -535,6 +535,57 @@ def matched_calls(
     return out
 
 
+def attach_live_steps(results: list[dict[str, Any]], run_dir: Path) -> None:
+    """Add `agspec serve --record`'s per-call live statistics (prefill and decode ms,
+    drafted / accepted tokens) to each call of the agspec servers' sessions.
+
+    The server writes one session per start (task-major order restarts it per task), in
+    the order the tasks ran; a session is matched to the proxy's calls only when the call
+    counts agree, else left without (and said so)."""
+    for name in ("agspec", "agspec-none"):
+        path = run_dir / f"{name}.record.live.jsonl"
+        mine = [r for r in results if r["server"] == name]
+        if not mine or not path.is_file():
+            continue
+        live = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if len(live) != len(mine):
+            print(f"note: {path.name} holds {len(live)} sessions for {len(mine)} tasks; "
+                  "live statistics not attached")  # fmt: skip
+            continue
+        for r, rec in zip(mine, live):
+            if len(rec["calls"]) != len(r["calls"]):
+                print(f"note: {name}/{r['task']}: {len(rec['calls'])} recorded calls for "
+                      f"{len(r['calls'])} served; live statistics not attached")  # fmt: skip
+                continue
+            for c, lc in zip(r["calls"], rec["calls"]):
+                steps = lc["steps"]
+                c["live"] = {
+                    "prefill_ms": lc["prefill_ms"],
+                    "total_ms": lc["total_ms"],
+                    "reused_prompt_tokens": lc["reused_prompt_tokens"],
+                    "steps": len(steps),
+                    "drafted": sum(st[0] for st in steps),
+                    "accepted": sum(st[1] for st in steps),
+                    "committed": sum(st[2] for st in steps),
+                }
+
+
+def decode_speed(calls: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Committed tokens per second of decoding (prefill excluded), from live statistics."""
+    live = [c["live"] for c in calls if "live" in c]
+    if not live or len(live) != len(calls):
+        return None
+    ms = sum(x["total_ms"] - x["prefill_ms"] for x in live)
+    committed = sum(x["committed"] for x in live)
+    steps = sum(x["steps"] for x in live)
+    return {"committed_tokens": committed, "decode_s": ms / 1000,
+            "tokens_per_s": committed / (ms / 1000) if ms > 0 else 0.0,
+            "prefill_s": sum(x["prefill_ms"] for x in live) / 1000,
+            "tokens_per_step": committed / steps if steps else 0.0,
+            "drafted": sum(x["drafted"] for x in live),
+            "accepted": sum(x["accepted"] for x in live)}  # fmt: skip
+
+
 def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     from agspec.tokenizers import get_tokenizer
 
@@ -553,6 +604,10 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
             "session_wall_s": sum(r["wall_s"] for r in sess),
             "all": speed(calls),
             "per_role": {role: speed([c for c in calls if c["role"] == role]) for role in roles},
+            "decode": decode_speed(calls),
+            "decode_per_role": {
+                role: decode_speed([c for c in calls if c["role"] == role]) for role in roles
+            },
         }
     complete = {t: s for t, s in by_task.items() if all(n in s for n in names)}
     # Matched calls: the prefix of each task where every server saw the same request and
@@ -627,6 +682,15 @@ def print_report(
                 x, b = s["per_role"].get(role), base["per_role"].get(role)
                 cells.append(speed_cell(x, b) if x else "-")
             print(f"| {n} | " + " | ".join(cells) + " |")
+    dec = {n: summary["servers"][n].get("decode") for n in names}
+    if any(dec.values()):
+        print("\ndecoding only (prefill excluded; agspec serve --record live statistics)")
+        print("| server | tok/s | tokens/step | drafted | accepted | prefill s |")
+        print("|---|---|---|---|---|---|")
+        for n, d in dec.items():
+            if d:
+                print(f"| {n} | {d['tokens_per_s']:.1f} | {d['tokens_per_step']:.2f} | "
+                      f"{d['drafted']} | {d['accepted']} | {d['prefill_s']:.1f} |")  # fmt: skip
     print(
         "\nsuccess: "
         + ", ".join(
@@ -692,8 +756,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the results JSON here")
     ap.add_argument("--order", choices=("task-major", "server-major"), default="task-major")
     ap.add_argument("--quick", action="store_true", help="1 task, 3 steps, agspec vs agspec-none")
+    ap.add_argument("--reanalyse", default=None, help="a results JSON: print its tables again")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
+    if args.reanalyse:
+        doc = json.loads(Path(args.reanalyse).read_text())
+        names = list(doc["summary"]["servers"])
+        if args.run_dir:
+            attach_live_steps(doc["sessions"], Path(args.run_dir))
+        print_report(analyse(doc["sessions"], names), doc["sessions"], names)
+        return 0
     from agspec.models import resolve_model
     from agspec.pipeline.tasks import load_task, task_names
 
@@ -764,6 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         proxy.close()
     load_end = os.getloadavg()
+    attach_live_steps(results, run_dir)
     summary = analyse(results, names)
     print_report(summary, results, names)
     print(
