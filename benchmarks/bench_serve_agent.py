@@ -636,6 +636,44 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
     return summary
 
 
+def add_logit_gaps(summary: dict[str, Any], results: list[dict[str, Any]], model: Path,
+                   threads: int, n_ctx: int) -> None:  # fmt: skip
+    """For each first difference that is an output (same request, different text), the
+    one-token logit gap |logit(a) - logit(b)| of the two tokens at the first differing
+    position, by plain one-token decoding: a near-tie flip has a small gap.
+
+    The prompt is the model's chat template over the request's messages, and the two
+    outputs are re-encoded from their text (the served ids are not in the exchange)."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_live_llama_cpp import logit_gap
+
+    llm = Llama(model_path=str(model), n_ctx=n_ctx, n_threads=threads,
+                n_threads_batch=threads, verbose=False)  # fmt: skip
+    eos = llm._model.token_get_text(llm.token_eos())
+    fmt = Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"],
+                              eos_token=eos, bos_token="")  # fmt: skip
+    ref = summary["reference"]
+    by = {(r["server"], r["task"]): r for r in results}
+    for name, per_task in summary["differences"].items():
+        for task, d in per_task.items():
+            if not d or d["kind"] != "output":
+                continue
+            ca, cb = by[(ref, task)]["calls"][d["call"]], by[(name, task)]["calls"][d["call"]]
+            prompt_text = fmt(messages=ca["messages"]).prompt
+            prompt = llm.tokenize(prompt_text.encode(), add_bos=False, special=True)
+            ta = llm.tokenize(ca["content"].encode(), add_bos=False, special=False)
+            tb = llm.tokenize(cb["content"].encode(), add_bos=False, special=False)
+            k = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), None)
+            if k is None:
+                continue
+            d["logit_gap"] = logit_gap(llm, prompt, ta[:k], ta[k], tb[k])
+            d["gap_at_token"] = k
+    llm.close()
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "-"
 
@@ -756,6 +794,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the results JSON here")
     ap.add_argument("--order", choices=("task-major", "server-major"), default="task-major")
     ap.add_argument("--quick", action="store_true", help="1 task, 3 steps, agspec vs agspec-none")
+    ap.add_argument(
+        "--logit-gaps",
+        action="store_true",
+        help="at each first differing output token, the one-token logit gap (loads the model)",
+    )
     ap.add_argument("--reanalyse", default=None, help="a results JSON: print its tables again")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
@@ -764,7 +807,15 @@ def main(argv: list[str] | None = None) -> int:
         names = list(doc["summary"]["servers"])
         if args.run_dir:
             attach_live_steps(doc["sessions"], Path(args.run_dir))
-        print_report(analyse(doc["sessions"], names), doc["sessions"], names)
+        summary = analyse(doc["sessions"], names)
+        if args.logit_gaps:
+            add_logit_gaps(summary, doc["sessions"], Path(doc["model"]), args.threads, args.n_ctx)
+        print_report(summary, doc["sessions"], names)
+        if args.out:
+            doc["summary"] = summary
+            tmp = Path(args.out + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1))
+            tmp.replace(args.out)
         return 0
     from agspec.models import resolve_model
     from agspec.pipeline.tasks import load_task, task_names
@@ -838,6 +889,8 @@ def main(argv: list[str] | None = None) -> int:
     load_end = os.getloadavg()
     attach_live_steps(results, run_dir)
     summary = analyse(results, names)
+    if args.logit_gaps:
+        add_logit_gaps(summary, results, model, args.threads, args.n_ctx)
     print_report(summary, results, names)
     print(
         f"\nload average at start {load_start}, at end {load_end}; "
