@@ -324,6 +324,15 @@ def test_disconnect_mid_stream_frees_the_slot(servers) -> None:
     assert freed_s < 5, f"slot freed only after {freed_s:.1f} s"
     r = chat(spec, [{"role": "user", "content": "Say hi."}], max_tokens=4)
     assert r.choices[0].finish_reason in ("stop", "length")
+    # A plain (non-streamed) request whose client gives up is cancelled the same way.
+    body["stream"] = False
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{spec.base_url}/chat/completions", json=body, timeout=1.5)
+    t0 = time.monotonic()
+    while spec.get_json("/health")["running"] and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert time.monotonic() - t0 < 5 and spec.get_json("/health")["running"] == 0
+    assert spec.metrics()['agspec_cancelled_total{reason="disconnected"}'] == before + 2
 
 
 BAD_INPUTS: list[tuple[str, Any, int, str | None]] = [

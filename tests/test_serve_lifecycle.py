@@ -126,25 +126,23 @@ def test_queue_full_gets_503_with_retry_after(server) -> None:
 
 def test_request_timeout(server) -> None:
     ask = [{"role": "user", "content": "Count from 1 to 5000, one number per line."}]
+    # Sampled at temperature 2: near-uniform tokens, so no early end-of-text.
+    body = {"model": MODEL, "messages": ask, "max_tokens": 1990, "temperature": 2.0, "seed": 1}
     t0 = time.monotonic()
-    r = httpx.post(
-        f"{server.base_url}/chat/completions",
-        # Sampled at temperature 2: near-uniform tokens, so no early end-of-text.
-        json={
-            "model": MODEL,
-            "messages": ask,
-            "max_tokens": 1990,
-            "temperature": 2.0,
-            "seed": 1,
-        },  # fmt: skip
-        timeout=120,
-    )
+    r = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
     took = time.monotonic() - t0
     if r.status_code == 200:
         pytest.skip(f"the machine decoded 1990 tokens within {TIMEOUT_S} s ({took:.1f} s)")
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout", r.text
     assert took < TIMEOUT_S + 5
     assert server.get_json("/health")["running"] == 0
+    # A stream that fails mid-way ends with an error event, which the client raises.
+    stream = client(server).chat.completions.create(**body, stream=True)
+    got = []
+    with pytest.raises(openai.APIError, match="timed out"):
+        for chunk in stream:
+            got.append(chunk.choices[0].delta.content or "")
+    assert "".join(got)  # text came before the error
 
 
 def test_sessions_past_the_limit_are_dropped(server) -> None:
