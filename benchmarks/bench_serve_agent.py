@@ -745,7 +745,7 @@ def print_report(
 # ---------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="all", help="comma-separated bundled task names, or all")
     ap.add_argument("--max-tasks", type=int, default=0, help="at most N tasks (0: no limit)")
@@ -800,6 +800,11 @@ def main(argv: list[str] | None = None) -> int:
         help="at each first differing output token, the one-token logit gap (loads the model)",
     )
     ap.add_argument("--reanalyse", default=None, help="a results JSON: print its tables again")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
     if args.reanalyse:
