@@ -53,6 +53,7 @@ from typing import Any
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer
+from agspec.tokenizers import TOKENIZER_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,9 @@ class ProposerOptions:
     variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
     `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
     `agspec-cost-profile` JSON (needed by the `agspec-cost*` variants); tokenizer: a
-    tokenizer.json (default: the served model's); stats_path: a JSON file the proposer
-    rewrites (atomically) whenever a request finishes, with its counters.
+    tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
+    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
+    a request finishes, with its counters.
     """
 
     variant: str = "agspec"
@@ -91,6 +93,8 @@ class ProposerOptions:
             )
         for name in ("global_corpus", "cost_profile", "tokenizer"):
             path = getattr(self, name)
+            if name == "tokenizer" and path in TOKENIZER_NAMES:
+                continue
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"AgSpec option {name}: no file at {path}")
         if VARIANTS[self.variant].length_mode == "cost" and self.cost_profile is None:
@@ -138,7 +142,6 @@ class _Request:
     resolution: Any  # agspec.sessions.Resolution, or None for an explicit session
     call: AgSpecCall | None = None
     output: list[int] = field(default_factory=list)
-    last_draft: list[int] = field(default_factory=list)
     calls_begun: int = 0
 
 
@@ -199,6 +202,7 @@ class AgSpecProposer:
                 "accepted_tokens",
                 "resyncs",
                 "propose_s",
+                "begin_s",
                 "update_s",
             ),
             0,
@@ -238,47 +242,52 @@ class AgSpecProposer:
         req_ids = runner.input_batch.req_ids
         k = self.num_speculative_tokens
         limit = self.max_model_len - 1
+        rows = len(sampled_token_ids)
+        counts = num_tokens_no_spec[:rows]
+        counts = counts.tolist() if hasattr(counts, "tolist") else list(counts)
+        active = self._active
         out: list[list[int]] = []
-        steps = drafted = accepted = 0
+        steps = drafted = accepted = drafts = 0
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # partial prefill: nothing committed yet
                 out.append([])
                 continue
             rid = req_ids[i]
-            st = self._active.get(rid)
-            n = int(num_tokens_no_spec[i])
+            st = active.get(rid)
+            n = counts[i]
             if st is None:
                 st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
                 call = st.call
-                assert call is not None
-                call.accept(sampled[-1:])
+                call.accept(sampled[-1:])  # type: ignore[union-attr]
             else:
                 call = st.call
-                assert call is not None
-                last = st.last_draft
-                if len(sampled) > len(last) + 1 or sampled[:-1] != last[: len(sampled) - 1]:
-                    # Not what this call proposed (vLLM scheduled another draft): start over.
+                try:
+                    call.accept(sampled)  # type: ignore[union-attr]
+                    accepted += len(sampled) - 1
+                except ValueError:
+                    # Not a prefix of what this call proposed plus one token (vLLM verified
+                    # another draft): the call starts over from the token table.
                     self._counters["resyncs"] += 1
                     self._suspend(rid, st)
                     st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
                     call = st.call
-                    assert call is not None
-                    call.accept(sampled[-1:])
-                else:
-                    accepted += len(sampled) - 1
-                    call.accept(sampled)
+                    call.accept(sampled[-1:])  # type: ignore[union-attr]
             st.output.extend(sampled)
             steps += 1
             room = limit - n
-            draft = call.propose(k if room >= k else max(room, 0)) if room > 0 else []
-            st.last_draft = draft
-            drafted += len(draft)
+            if room > 0:
+                draft = call.propose(k if room >= k else room)  # type: ignore[union-attr]
+                if draft:
+                    drafts += 1
+                    drafted += len(draft)
+            else:
+                draft = []
             out.append(draft)
         c = self._counters
         c["request_steps"] += steps
         c["draft_tokens"] += drafted
         c["accepted_tokens"] += accepted
-        c["drafts"] += sum(1 for d in out if d)
+        c["drafts"] += drafts
         c["propose_s"] += time.perf_counter() - t0
         return out
 
@@ -306,6 +315,7 @@ class AgSpecProposer:
         self._counters["update_s"] += time.perf_counter() - t0
 
     def _begin(self, rid: str, runner: Any, context: list[int]) -> _Request:
+        t0 = time.perf_counter()
         st = self._reqs.get(rid)
         if st is None:
             st = self._new_request(rid, runner, context)
@@ -339,9 +349,9 @@ class AgSpecProposer:
         call.begin(context)
         st.call = call
         st.calls_begun += 1
-        st.last_draft = []
         self._active[rid] = st
         self._counters["calls_begun"] += 1
+        self._counters["begin_s"] += time.perf_counter() - t0
         return st
 
     def _new_request(self, rid: str, runner: Any, context: list[int]) -> _Request:
@@ -384,7 +394,6 @@ class AgSpecProposer:
             st.call.end()
             st.call = None
             self._counters["calls_suspended"] += 1
-        st.last_draft = []
         self._active.pop(rid, None)
 
     def _finish(self, rid: str, st: _Request) -> None:
@@ -407,6 +416,9 @@ class AgSpecProposer:
         return {
             **c,
             "us_per_request_step": 1e6 * (c["propose_s"] + c["update_s"]) / steps,
+            "us_per_request_step_without_begins": 1e6
+            * (c["propose_s"] + c["update_s"] - c["begin_s"])
+            / steps,
             "open_calls": len(self._active),
             "live_requests": len(self._reqs),
             "server_sessions": len(self.server._sessions),
