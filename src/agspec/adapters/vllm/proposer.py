@@ -210,6 +210,7 @@ class AgSpecProposer:
         # Per-session counters of the most recent sessions (bounded: stats only).
         self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stats_lock = threading.Lock()
+        self.tp_rank = _tp_rank()
         _install_runner_hook()
         log.info(
             "AgSpec proposer: variant %s, k=%d, global corpus %s (%d tokens, loaded in %.2f s)",
@@ -405,7 +406,9 @@ class AgSpecProposer:
         if st.resolution is not None:
             self.resolver.record_tokens(st.resolution, st.prompt, st.output)
         self._counters["requests_finished"] += 1
-        if self.options.stats_path:
+        if self.options.stats_path and self.tp_rank == 0:
+            # Every tensor-parallel rank of the last pipeline stage runs a proposer on the
+            # same inputs; vLLM takes rank 0's drafts, and rank 0 writes the counters.
             self.write_stats(self.options.stats_path)
 
     # -- counters ----------------------------------------------------------------------
@@ -440,6 +443,7 @@ class AgSpecProposer:
             },
             "variant": self.options.variant,
             "pid": os.getpid(),
+            "tp_rank": self.tp_rank,
         }
 
     def write_stats(self, path: str | os.PathLike[str]) -> None:
@@ -449,6 +453,15 @@ class AgSpecProposer:
         with self._stats_lock:
             tmp.write_text(json.dumps(self.stats(), indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, target)
+
+
+def _tp_rank() -> int:
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:  # not initialised (a harness outside vLLM's workers)
+        return 0
 
 
 def _model_tokenizer(vllm_config: Any) -> str:
