@@ -31,7 +31,9 @@ def _as_trace_file(name: str) -> Path:
     Fixtures carry a `.fixture` suffix in the repository so that they are never mistaken
     for third-party traces.
     """
-    out = Path(tempfile.mkdtemp(prefix="agspec-fixtures-")) / name
+    # SWE-agent's importer takes the model name from the folder, as the data is laid out.
+    out = Path(tempfile.mkdtemp(prefix="agspec-fixtures-")) / "fixture-model" / name
+    out.parent.mkdir()
     shutil.copyfile(FIXTURES / f"{name}.fixture", out)
     return out
 
@@ -52,8 +54,9 @@ def test_swe_agent_calls_roles_and_artifacts():
     assert (s.source, s.task_id, s.session_id) == (
         "swe-agent",
         "swe_agent_small",
-        "swe-agent/swe_agent_small",
+        "swe-agent/fixture-model/swe_agent_small",
     )
+    assert s.model == "fixture-model"
     # 10 assistant entries; the last, "Exit due to cost limit", is not a model call.
     assert [c.role for c in s.calls] == [
         "localize", "localize", "code", "code", "execute", "code", "localize", "localize", "other",
@@ -119,7 +122,7 @@ def test_shorten_history_matches_swe_agent_rule():
 def test_mini_swe_agent_calls_roles_and_artifacts():
     s = import_mini_swe_agent(MINI)
     assert (s.session_id, s.model, s.task_id) == (
-        "mini-swe-agent/calc__calc-1", "hand/written-model", "calc__calc-1",
+        "mini-swe-agent/hand/written-model/calc__calc-1", "hand/written-model", "calc__calc-1",
     )  # fmt: skip
     assert [c.role for c in s.calls] == [
         "localize", "localize", "code", "localize", "other", "execute", "localize", "other",
@@ -279,3 +282,16 @@ def test_import_traces_bad_arguments(tmp_path):
 
 def test_errors_are_value_errors():
     assert issubclass(TraceFormatError, ValueError)
+
+
+def test_sets_of_two_models_get_distinct_session_ids(tmp_path: Path) -> None:
+    # The same SWE-agent instance run by two models: the ids carry the model (the folder
+    # name), so both sets can be replayed and counted together.
+    for model in ("model-a", "model-b"):
+        (tmp_path / model).mkdir()
+        shutil.copyfile(SWE, tmp_path / model / SWE.name)
+    sessions, _ = import_traces("swe-agent", [tmp_path / "model-a", tmp_path / "model-b"])
+    assert sorted(s.session_id for s in sessions) == [
+        "swe-agent/model-a/swe_agent_small",
+        "swe-agent/model-b/swe_agent_small",
+    ]

@@ -163,7 +163,7 @@ class GenerationResult:
     reused_prompt_tokens: int = 0  # prompt prefix found in the KV cache
     prefill_ms: float = 0.0
     total_ms: float = 0.0
-    stopped_by: str = "length"  # "length", "eos" or "context"
+    stopped_by: str = "length"  # "length", "eos", "context" or "cancelled"
 
     @property
     def num_drafted_tokens(self) -> int:
@@ -298,6 +298,8 @@ def generate(
     reuse_prefix: bool = True,
     on_step: Callable[[StepStats], None] | None = None,
     sampling: Sampling | None = None,
+    on_commit: Callable[[list[int]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> GenerationResult:
     """Greedy speculative decoding with `drafter`; `drafter=None` is plain greedy decoding.
     With `sampling`, sampled decoding instead, exactly (see `Sampling`).
@@ -306,6 +308,11 @@ def generate(
     tokens are the draft's longest prefix that equals the argmax, plus the argmax after it.
     The output equals greedy decoding token for token, except where llama.cpp's batched
     kernels flip a near-tie (see docs/live.md).
+
+    `on_commit(tokens)` sees each step's committed tokens as soon as they are known (a
+    server streams them); `should_stop()` is asked before every step, and when it returns
+    True the loop ends with `stopped_by="cancelled"` (a client that went away, a timeout,
+    a stop string the caller found): a cancellation takes effect within one step.
     """
     llama_cpp = import_llama_cpp()
     if not isinstance(llm, llama_cpp.Llama):
@@ -332,6 +339,9 @@ def generate(
         drafter.begin(prompt)
     try:
         while len(result.tokens) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                result.stopped_by = "cancelled"
+                break
             room = n_ctx - llm.n_tokens - 1  # positions left after the pending token
             if room < 0:
                 result.stopped_by = "context"
@@ -390,6 +400,8 @@ def generate(
                 on_step(stats)
             if drafter is not None:
                 drafter.accept(committed)
+            if on_commit is not None:
+                on_commit(committed)
             if stop is not None:
                 result.stopped_by = stop
                 break

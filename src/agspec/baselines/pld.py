@@ -82,14 +82,18 @@ def prompt_lookup(
     for n in range(min(config.max_ngram_tokens, num_tokens - 1), config.min_ngram_tokens - 1, -1):
         # Occurrences must end at index <= num_tokens - 2 so a token follows them; an
         # occurrence starting at s ends at s + n - 1, so s ranges over [0, num_tokens - 1 - n].
-        ends = np.flatnonzero(tokens[n - 1 : num_tokens - 1] == last)  # candidate s values
-        if ends.size == 0:
+        # One pass over the context for the last token (the rescan both engines do every
+        # step), then the other n - 1 tokens are checked on the candidates only, vectorized.
+        starts = np.flatnonzero(tokens[n - 1 : num_tokens - 1] == last)  # candidate s values
+        for j in range(n - 1):
+            if starts.size == 0:
+                break
+            starts = starts[tokens[starts + j] == tokens[num_tokens - n + j]]
+        if starts.size == 0:
             continue
-        suffix = tokens[num_tokens - n :]
-        for s in ends.tolist():
-            if n == 1 or np.array_equal(tokens[s : s + n], suffix):
-                draft = tokens[s + n : s + n + want].tolist()
-                return _cut_at_eos(draft, config.eos_token_ids)
+        s = int(starts[0])  # the leftmost occurrence
+        draft = tokens[s + n : s + n + want].tolist()
+        return _cut_at_eos(draft, config.eos_token_ids)
     return []
 
 

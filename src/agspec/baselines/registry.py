@@ -38,6 +38,9 @@ FAMILY_NAMES: tuple[str, ...] = (
     "suffix-64",
     "suffix-24",
     "suffix-64-local",
+    "suffix-cache",
+    "suffix-cache-24",
+    "suffix-cache-local",
     "fastcoder",
 )
 
@@ -73,6 +76,22 @@ def _suffix(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServ
     return SuffixDecodingServer(config[name], global_docs=docs if name != "suffix-64-local" else [])
 
 
+def _suffix_cache(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+    from agspec.baselines.suffix_cache import (
+        SUFFIX_CACHE_24,
+        SUFFIX_CACHE_64,
+        SUFFIX_CACHE_LOCAL,
+        SuffixCacheServer,
+    )
+
+    config = {
+        "suffix-cache": SUFFIX_CACHE_64,
+        "suffix-cache-24": SUFFIX_CACHE_24,
+        "suffix-cache-local": SUFFIX_CACHE_LOCAL,
+    }[name]
+    return SuffixCacheServer(config, global_docs=docs if name != "suffix-cache-local" else [])
+
+
 def _fastcoder(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
     from agspec.baselines.fastcoder import FastCoderServer
 
@@ -88,6 +107,9 @@ _FACTORIES: dict[str, Callable[[str, list[Sequence[int]], Any], DrafterServer]] 
     "suffix-64": _suffix,
     "suffix-24": _suffix,
     "suffix-64-local": _suffix,
+    "suffix-cache": _suffix_cache,
+    "suffix-cache-24": _suffix_cache,
+    "suffix-cache-local": _suffix_cache,
     "fastcoder": _fastcoder,
 }
 

@@ -37,6 +37,7 @@ import numpy as np
 from agspec.protocol import CallDrafter
 
 _INT32_MAX = 2**31 - 1
+_SHORT_LIST = 64  # lists up to this long are checked in Python
 
 
 def token_array(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np.ndarray:
@@ -45,6 +46,11 @@ def token_array(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> 
     >>> token_array([5, 6, 7]).tolist()
     [5, 6, 7]
     """
+    if type(tokens) is list and len(tokens) <= _SHORT_LIST:
+        # A step's commit: checked in Python, which costs less than numpy's reductions on a
+        # few elements (the replay lab hands every drafter a list per step).
+        if _valid_ids(tokens):
+            return np.array(tokens, dtype=np.int32)
     if isinstance(tokens, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of int token ids, got {type(tokens).__name__}")
     arr = np.asarray(tokens if isinstance(tokens, np.ndarray) else list(tokens))
@@ -58,6 +64,14 @@ def token_array(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> 
     if lo < 0 or hi > _INT32_MAX:
         raise ValueError(f"{what} must be token ids in [0, 2^31), got values in [{lo}, {hi}]")
     return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _valid_ids(tokens: list[Any]) -> bool:
+    """Whether every element is an int token id in [0, 2^31) (no bools, no floats)."""
+    for t in tokens:
+        if type(t) is not int or t < 0 or t > _INT32_MAX:
+            return False
+    return True
 
 
 def check_global_docs(global_docs: Iterable[Sequence[int]] | None) -> list[np.ndarray]:
@@ -177,10 +191,15 @@ class CallLifecycle:
     """Checks the `begin / propose / accept / end` order and the arguments of a call.
 
     Subclasses implement `_begin(prompt: int32 array)`, `_propose(max_tokens >= 1)`,
-    `_accept(committed: int32 array)` and `_end()`; this class turns misuse into clear
+    `_accept(committed: int32 array, or a checked list of ints when the subclass sets
+    `accepts_lists`)` and `_end()`; this class turns misuse into clear
     exceptions. `last_match_length` / `last_source` describe the latest proposal (the
     replay lab records them; `None` when nothing matched).
     """
+
+    # True: `_accept` also takes the caller's list of ints as it is (checked, not copied),
+    # as an engine that is handed a list per step (vLLM's sampled ids) takes it.
+    accepts_lists = False
 
     def __init__(self) -> None:
         self._state = "new"
@@ -207,6 +226,10 @@ class CallLifecycle:
 
     def accept(self, committed_ids: Sequence[int]) -> None:
         self._require_begun("accept")
+        if self.accepts_lists and type(committed_ids) is list and _valid_ids(committed_ids):
+            if committed_ids:
+                self._accept(committed_ids)
+            return
         committed = token_array(committed_ids, what="committed_ids")
         if committed.size:
             self._accept(committed)

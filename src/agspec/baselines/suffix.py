@@ -170,22 +170,25 @@ class SuffixDecodingServer:
 class SuffixCall(CallLifecycle):
     """One request: its own tree (prompt + response) and the server's global tree."""
 
+    accepts_lists = True
+
     def __init__(self, server: SuffixDecodingServer) -> None:
         super().__init__()
         self._server = server
         self._config = server.config
         self._local: Any = None
-        self._response: list[np.ndarray] = []
+        self._response: list[int] = []
         # The last max_tree_depth + 1 tokens of the request, sentinel-padded in front.
         self._context = np.full(self._config.max_tree_depth + 1, _SENTINEL, dtype=np.int32)
 
-    def _push_context(self, tokens: np.ndarray) -> None:
+    def _push_context(self, tokens: Any) -> None:
         n = self._context.size
-        if tokens.size >= n:
+        k = len(tokens)
+        if k >= n:
             self._context[:] = tokens[-n:]
         else:
-            self._context[: n - tokens.size] = self._context[tokens.size :]
-            self._context[n - tokens.size :] = tokens
+            self._context[: n - k] = self._context[k:]
+            self._context[n - k :] = tokens
 
     def _begin(self, prompt: np.ndarray) -> None:
         self._local = self._server.new_tree()
@@ -214,13 +217,17 @@ class SuffixCall(CallLifecycle):
             self.last_match_length, self.last_source = int(best.match_len), source
         return draft
 
-    def _accept(self, committed: np.ndarray) -> None:
-        self._local.extend_ndarray(0, committed)
-        self._response.append(committed)
+    def _accept(self, committed: Any) -> None:
+        # A list goes through the engine's list overload, as vLLM's sampled ids do.
+        if isinstance(committed, list):
+            self._local.extend(0, committed)
+        else:
+            self._local.extend_ndarray(0, committed)
+        self._response.extend(committed)
         self._push_context(committed)
 
     def _end(self) -> None:
         if self._response:
-            self._server.cache_response(np.concatenate(self._response))
+            self._server.cache_response(np.array(self._response, dtype=np.int32))
         self._local = None
         self._response = []

@@ -147,3 +147,30 @@ def _load_agspec_entries() -> None:
     if isinstance(entries, dict):
         for name, factory in entries.items():
             DRAFTERS.setdefault(name, factory)
+
+
+def preload_drafters(
+    names: Sequence[str], *, tokenizer: Any, cost_model: Any, batch_size: int
+) -> None:
+    """Resolve every named drafter and import everything it runs on, before a run starts.
+
+    Builds each drafter's server with no global corpus and drives one tiny call through it
+    (`session`, `call`, `begin`, `propose`, `accept`, `end`), so a missing engine fails at
+    once and every module a drafter imports lazily is loaded: a package reinstalled while
+    a long run goes on cannot break it halfway. Unknown names raise `ValueError`.
+    """
+    for name in names:
+        if name == ORACLE:
+            continue
+        server = make_server(
+            name, global_docs=[], tokenizer=tokenizer, cost_model=cost_model, batch_size=batch_size
+        )
+        session = server.session("preload/0")
+        call = session.call("preload", "other", 0)
+        call.begin([1, 2, 3, 1, 2])
+        draft = call.propose(4)
+        call.accept([*draft[:1], 7] if draft else [7])
+        call.end()
+        end = getattr(session, "end", None)
+        if callable(end):
+            end()

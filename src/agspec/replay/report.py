@@ -16,9 +16,45 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+# A B > 1 figure is flagged when fewer than this share of the run's output tokens were
+# committed in steps with all B slots busy (`full_batch_share`).
+LOW_COVERAGE = 0.5
+FLAG = "†"
+FLAG_NOTE = (
+    f"{FLAG} less than half of the run's output tokens were decoded with the batch full: the "
+    "full-batch figure rests on that share only, and the whole-run figure is mostly the "
+    "drain at a smaller batch (docs/replay.md, 'Reading B > 1 figures')."
+)
 
-def load_entries(dirs: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
-    """Every summary entry of the given run folders, each tagged with its `run` folder."""
+
+def coverage_of(entry: dict[str, Any]) -> float | None:
+    """Share of output tokens in full-batch steps, or None for B = 1 or an old run folder
+    (recomputed from `full_batch_tokens` when `full_batch_share` is missing)."""
+    if entry.get("batch_size", 1) <= 1:
+        return None
+    share = entry.get("full_batch_share")
+    if share is None and entry.get("num_output_tokens") and "full_batch_tokens" in entry:
+        share = entry["full_batch_tokens"] / entry["num_output_tokens"]
+    return None if share is None else float(share)
+
+
+def _flag(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return ""
+    share = coverage_of(entry)
+    return FLAG if share is not None and share < LOW_COVERAGE else ""
+
+
+def load_entries(
+    dirs: Iterable[str | os.PathLike[str]], *, allow_incomplete: bool = False
+) -> list[dict[str, Any]]:
+    """Every summary entry of the given run folders, each tagged with its `run` folder.
+
+    A folder without a valid `complete.json` (`agspec.replay.run.run_incomplete_reason`)
+    is an error, or with `allow_incomplete` its entries are tagged `incomplete: True`.
+    """
+    from agspec.replay.run import run_incomplete_reason
+
     entries: list[dict[str, Any]] = []
     for d in dirs:
         path = Path(d) / "summary.json"
@@ -28,8 +64,15 @@ def load_entries(dirs: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        for entry in data.get("entries", []):
-            entries.append({**entry, "run": str(d)})
+        found = data.get("entries", [])
+        why = run_incomplete_reason(d)
+        if why is not None and not allow_incomplete:
+            raise ValueError(
+                f"{d}: incomplete run ({why}; {len(found)} entries so far): re-run it, or "
+                "pass --allow-incomplete to see its partial figures, flagged"
+            )
+        for entry in found:
+            entries.append({**entry, "run": str(d), **({"incomplete": True} if why else {})})
     return entries
 
 
@@ -44,22 +87,30 @@ def format_table(entries: Sequence[dict[str, Any]]) -> str:
     header = ["source", "drafter"]
     for b in batch_sizes:
         header += [f"B={b} speedup", "tok/step", "accept", "w/ draft", "draft us/tok"]
+        if b > 1:
+            header.append("coverage")
     lines = [header]
+    flagged = False
     for (source, drafter), by_b in rows.items():
         line = [source, drafter]
         for b in batch_sizes:
             found = by_b.get(b)
             if found is None:
-                line += ["-"] * 5
+                line += ["-"] * (6 if b > 1 else 5)
                 continue
             e = found
+            mark = _flag(e)
+            flagged = flagged or bool(mark)
             line += [
-                f"{e['speedup']:.2f}x",
+                f"{e['speedup']:.2f}x{mark}",
                 f"{e['tokens_per_step']:.2f}",
                 f"{e['mean_accept_length']:.2f}",
-                f"{e['speedup_with_drafting']:.2f}x",
+                f"{e['speedup_with_drafting']:.2f}x{mark}",
                 f"{e['draft_us_per_token']:.1f}",
             ]
+            if b > 1:
+                share = coverage_of(e)
+                line.append("-" if share is None else f"{share:.0%}")
         lines.append(line)
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     out = []
@@ -70,6 +121,8 @@ def format_table(entries: Sequence[dict[str, Any]]) -> str:
         out.append("  ".join(cells).rstrip())
         if i == 0:
             out.append("  ".join("-" * w for w in widths))
+    if flagged:
+        out.append(FLAG_NOTE)
     return "\n".join(out)
 
 
@@ -113,8 +166,9 @@ def format_markdown(entries: Sequence[dict[str, Any]]) -> str:
         for b in batch_sizes:
             header += [f"B={b} speedup", f"B={b} w/ drafting"]
             if b > 1:
-                header.append(f"B={b} full batch")
+                header += [f"B={b} full batch", f"B={b} coverage"]
         header.append("draft us/tok")
+        flagged = False
         out.append(f"**{source}**")
         out.append("")
         out.append("| " + " | ".join(header) + " |")
@@ -128,15 +182,24 @@ def format_markdown(entries: Sequence[dict[str, Any]]) -> str:
             ]
             for b in batch_sizes:
                 at_b = by_b.get(b)
+                mark = _flag(at_b)
+                flagged = flagged or bool(mark)
                 cells += (
-                    [f"{at_b['speedup']:.2f}x", f"{at_b['speedup_with_drafting']:.2f}x"]
+                    [
+                        f"{at_b['speedup']:.2f}x{mark}",
+                        f"{at_b['speedup_with_drafting']:.2f}x{mark}",
+                    ]
                     if at_b
                     else ["-", "-"]
                 )
                 if b > 1:
                     full = at_b.get("speedup_full_batch") if at_b else None
-                    cells.append(f"{full:.2f}x" if full else "-")
+                    share = coverage_of(at_b) if at_b else None
+                    cells.append(f"{full:.2f}x{mark}" if full else "-")
+                    cells.append("-" if share is None else f"{share:.0%}")
             cells.append(f"{first['draft_us_per_token']:.0f}")
             out.append("| " + " | ".join(cells) + " |")
+        if flagged:
+            out += ["", FLAG_NOTE]
         out.append("")
     return "\n".join(out)

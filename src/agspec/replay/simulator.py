@@ -114,6 +114,12 @@ class BatchResult:
     full_batch_tokens: int = 0
     full_batch_ms: float = 0.0
     ar_full_batch_step_ms: float = 0.0  # one AR step with B active requests
+    # Of draft_ns, the time outside propose/accept: session, open_artifact, call, begin, end.
+    setup_ns: int = 0
+    # Steady state (`replay_batched(fillers=...)`): tokens and drafting time of the fillers.
+    steady: bool = False
+    filler_tokens: int = 0
+    filler_draft_ns: int = 0
 
     @property
     def mean_accept_length(self) -> float:
@@ -135,7 +141,7 @@ class BatchResult:
         Drafting of the requests in one batch step is taken as sequential (one CPU thread
         drafts for the whole batch, as vLLM's n-gram proposer does).
         """
-        total_ms = self.spec_ms + self.draft_ns / 1e6
+        total_ms = self.spec_ms + (self.draft_ns + self.filler_draft_ns) / 1e6
         return self.ar_ms / total_ms if total_ms else 1.0
 
     @property
@@ -145,12 +151,26 @@ class BatchResult:
         only the longest sessions are left; None when the batch was never full."""
         if not self.full_batch_ms or not self.ar_full_batch_step_ms:
             return None
+        if self.steady:
+            return self.speedup  # every step is a full batch
         spec = self.full_batch_tokens / self.full_batch_ms
         return spec / (self.batch_size / self.ar_full_batch_step_ms)
 
     @property
     def draft_us_per_token(self) -> float:
         return self.draft_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
+
+    @property
+    def setup_us_per_token(self) -> float:
+        """Of `draft_us_per_token`, the part spent outside `propose` and `accept` (building
+        per-request state in `begin`, indexing artifacts, `end`)."""
+        return self.setup_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
+
+    @property
+    def full_batch_share(self) -> float:
+        """Share of the output tokens committed in steps where all B slots were busy: how
+        much of the run `speedup_full_batch` rests on (1.0 at B = 1)."""
+        return self.full_batch_tokens / self.num_output_tokens if self.num_output_tokens else 0.0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -168,9 +188,13 @@ class BatchResult:
             "speedup": self.speedup,
             "speedup_full_batch": self.speedup_full_batch,
             "full_batch_tokens": self.full_batch_tokens,
+            "full_batch_share": self.full_batch_share,
+            "steady_state": self.steady,
+            "filler_tokens": self.filler_tokens,
             "absolute_cost_model": self.absolute_cost_model,
             "draft_ms": self.draft_ns / 1e6,
             "draft_us_per_token": self.draft_us_per_token,
+            "draft_setup_us_per_token": self.setup_us_per_token,
             "speedup_with_drafting": self.speedup_with_drafting,
             "throughput_tokens_per_s": (
                 self.num_output_tokens / (self.spec_ms / 1e3) if self.spec_ms else 0.0
@@ -182,16 +206,25 @@ class BatchResult:
 
 
 def _session_steps(
-    server: Any, session: ReplaySession, session_name: str, max_draft_tokens: int
+    server: Any,
+    session: ReplaySession,
+    session_name: str,
+    max_draft_tokens: int,
+    setup: list[int] | None = None,
 ) -> Generator[list[Any], None, int]:
     """Replay one session; yield one record row per step (batch fields appended later).
 
     Returns (as StopIteration value) drafter time spent after the last step (end calls).
+    `setup[0]`, when given, accumulates the drafter time spent outside `propose` and
+    `accept` (it is also in the rows' and the return value's times).
     """
+    if setup is None:
+        setup = [0]
     clock = time.perf_counter_ns
     t0 = clock()
     dsession = server.session(session.session_id, emission_format=session.emission_format)
     overhead_ns = clock() - t0  # charged to the next step
+    setup[0] += overhead_ns
     seen_artifacts: set[tuple[str, str]] = set()
     for call_index, call in enumerate(session.calls):
         prompt = call.prompt_ids if isinstance(call.prompt_ids, list) else list(call.prompt_ids)
@@ -203,7 +236,9 @@ def _session_steps(
                 dsession.open_artifact(artifact[0], artifact[1])
         drafter = dsession.call(call.agent, call.role, call.turn)
         drafter.begin(prompt)
-        overhead_ns += clock() - t0
+        dt = clock() - t0
+        overhead_ns += dt
+        setup[0] += dt
         num_out = len(out)
         pos = 0
         step = 0
@@ -249,10 +284,14 @@ def _session_steps(
             step += 1
         t0 = clock()
         drafter.end()
-        overhead_ns += clock() - t0
+        dt = clock() - t0
+        overhead_ns += dt
+        setup[0] += dt
     t0 = clock()
     dsession.end()
-    return overhead_ns + clock() - t0
+    dt = clock() - t0
+    setup[0] += dt
+    return overhead_ns + dt
 
 
 def ar_time_ms(
@@ -302,11 +341,22 @@ def replay_batched(
     batch_cost: str = "mean",
     decode_step_ms: float = 1.0,
     on_progress: Callable[[int], None] | None = None,
+    fillers: Iterator[tuple[ReplaySession, Any]] | None = None,
 ) -> BatchResult:
     """Replay `(session, drafter server)` pairs B at a time; see the module docstring.
 
     Each session is replayed with its own server (servers differ per fold of the global
     corpus split). Record rows are kept in `BatchResult.recorder`.
+
+    Steady state (`fillers` given): once every session has started, a slot that frees
+    takes the next `(session, server)` of `fillers` instead of staying empty, until the
+    last measured session ends, so every measured step runs with all B slots busy. A
+    filler's steps are priced in the batch (its draft length counts in `n_tokens`, its
+    drafting time in the step's) but its tokens, steps and records are not measured.
+    Fillers must come with servers of their own (the caller's job) so that they never
+    change what a measured session's drafter knows. The speedups then compare the
+    throughput of all B requests (measured and fillers) over the run with AR's at a full
+    batch; `draft_us_per_token` stays the measured sessions' own.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -327,33 +377,60 @@ def replay_batched(
     timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
     full_tokens = 0
     full_ms = 0.0
+    setup = [0]
+    filler = [False] * batch_size  # slot i runs a filler (steady state)
+    filler_setup = [0]
+    filler_ns = 0
+    filler_tokens = 0
     while True:
         rows: list[list[Any]] = []
+        filler_rows: list[list[Any]] = []
         for i in range(batch_size):
             while True:
                 gen = slots[i]
                 if gen is None:
+                    if not exhausted:
+                        nxt = next(pending, None)
+                        if nxt is None:
+                            exhausted = True
                     if exhausted:
-                        break
-                    nxt = next(pending, None)
-                    if nxt is None:
-                        exhausted = True
-                        break
-                    index, (session, server) = nxt
-                    gen = _session_steps(server, session, session.session_id, max_draft_tokens)
+                        if fillers is None:
+                            break
+                        nxt = next(fillers, None)
+                        if nxt is None:
+                            break
+                        session, server = nxt
+                        gen = _session_steps(
+                            server, session, session.session_id, max_draft_tokens, filler_setup
+                        )
+                        filler[i] = True
+                    else:
+                        index, (session, server) = nxt  # type: ignore[misc]
+                        gen = _session_steps(
+                            server, session, session.session_id, max_draft_tokens, setup
+                        )
+                        filler[i] = False
                     slots[i] = gen
                 try:
-                    rows.append(next(gen))
+                    (filler_rows if filler[i] else rows).append(next(gen))
                     break
                 except StopIteration as stop:
-                    draft_ns += int(stop.value or 0)
+                    if filler[i]:
+                        filler_ns += int(stop.value or 0)
+                    else:
+                        draft_ns += int(stop.value or 0)
                     slots[i] = None
         if not rows:
-            break
-        num_active = len(rows)
+            break  # no measured session left: fillers still running are dropped
+        num_active = len(rows) + len(filler_rows)
         total_drafted = 0
         longest = 0
         step_tokens = 0
+        for row in filler_rows:
+            total_drafted += row[7]
+            longest = max(longest, row[7])
+            filler_tokens += row[9]
+            filler_ns += row[12]
         for row in rows:
             drafted = row[7]
             total_drafted += drafted
@@ -371,8 +448,8 @@ def replay_batched(
         if num_active == batch_size:
             full_tokens += step_tokens
             full_ms += step_ms
-        num_drafted += total_drafted
-        num_steps += num_active
+        num_drafted += total_drafted - sum(row[7] for row in filler_rows)
+        num_steps += len(rows)
         num_tokens += step_tokens
         batch_step += 1
         if on_progress is not None:
@@ -380,6 +457,10 @@ def replay_batched(
     ar, _ = ar_time_ms(
         [s.num_output_tokens for s, _ in sessions], batch_size=batch_size, timer=timer
     )
+    if fillers is not None:
+        # Steady state: the run's work is every request's tokens; AR would decode them
+        # with the batch full, B tokens per step.
+        ar = (num_tokens + filler_tokens) * timer(1, batch_size) / batch_size
     return BatchResult(
         batch_size=batch_size,
         num_sessions=len(sessions),
@@ -396,4 +477,8 @@ def replay_batched(
         full_batch_tokens=full_tokens,
         full_batch_ms=full_ms,
         ar_full_batch_step_ms=timer(1, batch_size),
+        setup_ns=setup[0],
+        steady=fillers is not None,
+        filler_tokens=filler_tokens,
+        filler_draft_ns=filler_ns,
     )

@@ -59,3 +59,17 @@ def stem(path: str | os.PathLike[str], suffixes: tuple[str, ...]) -> str:
         if name.endswith(suf):
             return name[: -len(suf)]
     return name
+
+
+def session_id_of(source: str, model: str, task: str) -> str:
+    """`source/model/task`, or `source/task` when the importer does not know the model, so
+    that sets of different models (two SWE-agent runs of one benchmark) never share ids.
+
+    >>> session_id_of("swe-agent", "deepseek-coder-v2", "apache__dubbo-10638")
+    'swe-agent/deepseek-coder-v2/apache__dubbo-10638'
+    >>> session_id_of("chatdev", "unknown", "2048_THUNLP_20230822144615")
+    'chatdev/2048_THUNLP_20230822144615'
+    """
+    if not model or model == "unknown":
+        return f"{source}/{task}"
+    return f"{source}/{model}/{task}"

@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from agspec.traces._util import decode_text, read_bytes, stem
+from agspec.traces._util import decode_text, read_bytes, session_id_of, stem
 from agspec.traces.artifacts import ArtifactTracker
 from agspec.traces.roles import chatdev_phase_role
 from agspec.traces.schema import (
@@ -200,7 +200,7 @@ def parse_chatdev(
     if notes is not None:
         notes.extend(f"{name}: {f}" for f in found)
     task = stem(name, (".log",))
-    return Session(f"{SOURCE}/{task}", SOURCE, model, task, calls)
+    return Session(session_id_of(SOURCE, model, task), SOURCE, model, task, calls)
 
 
 def _output_header(head: str) -> tuple[str, str, str, str, str] | None:
