@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from agspec.corpora import GlobalCorpus
-from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer
+from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer, step_batch
 from agspec.tokenizers import TOKENIZER_NAMES
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,7 @@ class _Request:
     resolution: Any  # agspec.sessions.Resolution, or None for an explicit session
     call: AgSpecCall | None = None
     output: list[int] = field(default_factory=list)
+    last_draft: list[int] = field(default_factory=list)
     calls_begun: int = 0
 
 
@@ -247,48 +248,56 @@ class AgSpecProposer:
         counts = num_tokens_no_spec[:rows]
         counts = counts.tolist() if hasattr(counts, "tolist") else list(counts)
         active = self._active
-        out: list[list[int]] = []
-        steps = drafted = accepted = drafts = 0
+        calls: list[AgSpecCall] = []
+        fed: list[list[int]] = []
+        caps: list[int] = []
+        slots: list[tuple[int, _Request]] = []
+        accepted = 0
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # partial prefill: nothing committed yet
-                out.append([])
                 continue
             rid = req_ids[i]
             st = active.get(rid)
             n = counts[i]
-            if st is None:
-                st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
-                call = st.call
-                call.accept(sampled[-1:])  # type: ignore[union-attr]
-            else:
-                call = st.call
-                try:
-                    call.accept(sampled)  # type: ignore[union-attr]
-                    accepted += len(sampled) - 1
-                except ValueError:
-                    # Not a prefix of what this call proposed plus one token (vLLM verified
+            feed = sampled
+            if st is not None:
+                last = st.last_draft
+                m = len(sampled)
+                if m > len(last) + 1 or (m > 1 and sampled[:-1] != last[: m - 1]):
+                    # Not a prefix of this call's draft plus one token (vLLM verified
                     # another draft): the call starts over from the token table.
                     self._counters["resyncs"] += 1
                     self._suspend(rid, st)
-                    st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
-                    call = st.call
-                    call.accept(sampled[-1:])  # type: ignore[union-attr]
+                    st = None
+                else:
+                    accepted += m - 1
+            if st is None:
+                st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
+                feed = sampled[-1:]
             st.output.extend(sampled)
-            steps += 1
             room = limit - n
-            if room > 0:
-                draft = call.propose(k if room >= k else room)  # type: ignore[union-attr]
-                if draft:
-                    drafts += 1
-                    drafted += len(draft)
-            else:
-                draft = []
-            out.append(draft)
+            calls.append(st.call)  # type: ignore[arg-type]
+            fed.append(feed)
+            caps.append(k if room >= k else max(room, 0))
+            slots.append((i, st))
+        # One pass for the batch: every call's corpora fed in one native call, every
+        # match read in another, then each draft planned and copied (agspec.drafter).
+        drafts = step_batch(calls, fed, caps) if calls else []
+        out: list[list[int]] = [[] for _ in range(rows)]
+        drafted = ndrafts = 0
+        for (i, st), draft in zip(slots, drafts):
+            st.last_draft = draft
+            out[i] = draft
+            if draft:
+                ndrafts += 1
+                drafted += len(draft)
+        steps = len(slots)
+        drafts_count = ndrafts
         c = self._counters
         c["request_steps"] += steps
         c["draft_tokens"] += drafted
         c["accepted_tokens"] += accepted
-        c["drafts"] += drafts
+        c["drafts"] += drafts_count
         c["propose_s"] += time.perf_counter() - t0
         return out
 
@@ -350,6 +359,7 @@ class AgSpecProposer:
         call.begin(context)
         st.call = call
         st.calls_begun += 1
+        st.last_draft = []
         self._active[rid] = st
         self._counters["calls_begun"] += 1
         self._counters["begin_s"] += time.perf_counter() - t0
@@ -395,6 +405,7 @@ class AgSpecProposer:
             st.call.end()
             st.call = None
             self._counters["calls_suspended"] += 1
+        st.last_draft = []
         self._active.pop(rid, None)
 
     def _finish(self, rid: str, st: _Request) -> None:
