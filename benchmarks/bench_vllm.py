@@ -27,7 +27,6 @@ import argparse
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -72,6 +71,8 @@ def method_config(method: str, k: int, global_corpus: str | None) -> dict | None
         if global_corpus is None:
             raise ValueError("agspec-global needs the global corpus")
         return speculative_config(k, global_corpus=global_corpus)
+    if method.startswith("agspec-"):  # another variant of agspec.drafter.VARIANTS
+        return speculative_config(k, variant=method)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -336,26 +337,38 @@ def run_proposers(args: argparse.Namespace, global_corpus: str | None) -> dict[s
 # -- 3. global corpus ----------------------------------------------------------------------
 
 
-def build_global(folder: Path) -> tuple[str, dict[str, Any]]:
+def _rss_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def build_global(folder: Path, source: Path, glob: str | None) -> tuple[str, dict[str, Any]]:
+    """`agspec index build` over `source` (qwen2.5 ids), then one load in this process."""
     from agspec.corpora import GlobalCorpus
 
-    path = folder / "tasks.idx"
+    path = folder / "global.idx"
     t = time.perf_counter()
-    cmd = [sys.executable, "-m", "agspec", "index", "build", str(TASKS), "-o", str(path)]
+    cmd = [sys.executable, "-m", "agspec", "index", "build", str(source), "-o", str(path)]
+    if glob:
+        cmd += ["--glob", glob]
     subprocess.run([*cmd, "--quiet"], check=True, capture_output=True)
     build_s = time.perf_counter() - t
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _rss_bytes()
     t = time.perf_counter()
     g = GlobalCorpus.load(path)
     load_s = time.perf_counter() - t
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss1 = _rss_bytes()
     info = {
+        "source": str(source),
         "file_bytes": path.stat().st_size,
         "tokens": g.num_tokens,
         "index_bytes_in_memory": g.index.num_bytes(),
         "build_s": build_s,
         "load_s": load_s,
-        "max_rss_growth_bytes": (rss1 - rss0) * 1024,
+        "rss_growth_bytes": rss1 - rss0,
         "shared": "no: TokenIndex.load reads the file into each process (one copy per worker)",
     }
     print(f"global corpus: {info}", file=sys.stderr)
@@ -373,13 +386,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds-c8", default="2,3,4", help="call indexes run 8 at a time")
     ap.add_argument("--proposer-steps", type=int, default=3840)
     ap.add_argument("--skip-live", action="store_true")
+    ap.add_argument(
+        "--global-dir",
+        default=str(TASKS),
+        help="folder indexed as the global corpus (default: the traces' task repositories)",
+    )
+    ap.add_argument("--global-glob", default=None, help="only these files, e.g. '*.py'")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rounds_c8 = [int(x) for x in args.rounds_c8.split(",") if x]
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     report: dict[str, Any] = {"args": vars(args), "load_avg_start": load_avg()}
     with tempfile.TemporaryDirectory(prefix="agspec-bench-vllm-") as tmp:
-        corpus, report["global_corpus"] = build_global(Path(tmp))
+        corpus, report["global_corpus"] = build_global(
+            Path(tmp), Path(args.global_dir), args.global_glob
+        )
         report["proposer"] = run_proposers(args, corpus)
         if not args.skip_live:
             report["live"] = run_live(args, corpus)
