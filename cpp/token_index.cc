@@ -679,8 +679,7 @@ std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   return out;
 }
 
-std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
-                                             size_t max_occurrences) {
+std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule, size_t max_occurrences) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);
   sync(*idx);
