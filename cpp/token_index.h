@@ -67,9 +67,7 @@ class EdgeTable {
  private:
   friend class TokenIndex;
   static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static uint64_t key(int32_t s, Token t) {
-    return (uint64_t(uint32_t(s)) << 32) | uint32_t(t);
-  }
+  static uint64_t key(int32_t s, Token t) { return (uint64_t(uint32_t(s)) << 32) | uint32_t(t); }
   size_t slot_of(uint64_t k) const;
   void grow();
   std::vector<uint64_t> keys_;  // kEmpty marks a free slot

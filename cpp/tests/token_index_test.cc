@@ -1,13 +1,13 @@
 // Randomized differential test of the native index against a brute-force matcher,
 // built without Python so CI can run it under AddressSanitizer and UBSan.
+#include "token_index.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <utility>
 #include <vector>
-
-#include "token_index.h"
 
 using agspec::Token;
 
