@@ -8,9 +8,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "cursor_set.h"
 #include "token_index.h"
 
 namespace nb = nanobind;
+using agspec::CursorSet;
 using agspec::MatchCursor;
 using agspec::Token;
 using agspec::TokenIndex;
@@ -19,18 +21,50 @@ using TokenArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::dev
 
 namespace {
 
-// Long calls run without the GIL; the index's busy flag keeps other threads out.
+// Long calls run without the GIL; the index's own guards keep other threads out (a
+// racing call raises IndexStateError).
 constexpr size_t kReleaseGilTokens = 4096;
 
-// A handle the Python side can close; cursors keep only a weak reference.
+// A handle the Python side can close; cursors keep only a weak reference. Every call
+// holds its own reference for its whole length, so close() in another thread (which
+// marks the index closed and drops the handle's reference) can never free an index
+// that a call without the GIL is still inside.
 struct IndexHandle {
   std::shared_ptr<TokenIndex> index;
 
-  TokenIndex& get() const {
+  std::shared_ptr<TokenIndex> get() const {
     if (!index) throw agspec::StateError("the index was closed");
-    return *index;
+    return index;
   }
 };
+
+// A token id from a Python int or an integer numpy scalar. Anything else (a float, a
+// str, a bool) is a TypeError, not truncated or parsed; outside [0, 2^31) a ValueError.
+Token token_id(nb::handle h) {
+  PyObject* o = h.ptr();
+  int overflow = 0;
+  long long v;
+  if (PyLong_CheckExact(o)) {
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  } else {
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+      throw nb::type_error((std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name)
+                               .c_str());
+    }
+    nb::object i = nb::steal(PyNumber_Index(o));
+    if (!i.is_valid()) {
+      PyErr_Clear();
+      throw nb::type_error((std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name)
+                               .c_str());
+    }
+    v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  }
+  if (overflow != 0 || v < 0 || v > INT32_MAX) {
+    throw nb::value_error(
+        ("token ids must be in [0, 2^31), got " + std::string(nb::repr(h).c_str())).c_str());
+  }
+  return static_cast<Token>(v);
+}
 
 }  // namespace
 
@@ -66,57 +100,66 @@ NB_MODULE(_native, m) {
       .def(
           "extend",
           [](IndexHandle& self, int64_t doc_id, TokenArray tokens) {
-            TokenIndex& idx = self.get();
+            const auto idx = self.get();
             const Token* data = tokens.data();
             const size_t n = tokens.shape(0);
             if (n >= kReleaseGilTokens) {
               nb::gil_scoped_release release;
-              idx.extend(doc_id, data, n);
+              idx->extend(doc_id, data, n);
             } else {
-              idx.extend(doc_id, data, n);
+              idx->extend(doc_id, data, n);
             }
           },
           nb::arg("doc_id"), nb::arg("tokens"))
       .def(
           "extend_list",
           [](IndexHandle& self, int64_t doc_id, const std::vector<int32_t>& tokens) {
-            self.get().extend(doc_id, tokens.data(), tokens.size());
+            self.get()->extend(doc_id, tokens.data(), tokens.size());
           },
           nb::arg("doc_id"), nb::arg("tokens"))
       .def(
           "remove",
           [](IndexHandle& self, int64_t doc_id) {
-            TokenIndex& idx = self.get();
+            const auto idx = self.get();
             nb::gil_scoped_release release;
-            idx.remove(doc_id);
+            idx->remove(doc_id);
           },
           nb::arg("doc_id"))
       .def(
           "save",
           [](IndexHandle& self, const std::string& path) {
-            TokenIndex& idx = self.get();
-            idx.check_idle();
+            const auto idx = self.get();
             nb::gil_scoped_release release;
-            idx.save(path);
+            idx->save(path);
           },
           nb::arg("path"))
-      .def("close", [](IndexHandle& self) { self.index.reset(); })
+      .def("verify",
+           [](IndexHandle& self) {
+             const auto idx = self.get();
+             nb::gil_scoped_release release;
+             idx->verify();
+           })
+      .def("close",
+           [](IndexHandle& self) {
+             if (self.index) self.index->close();
+             self.index.reset();
+           })
       .def_prop_ro("closed", [](const IndexHandle& self) { return !self.index; })
-      .def("contains", [](const IndexHandle& self, int64_t id) { return self.get().contains(id); })
+      .def("contains",
+           [](const IndexHandle& self, int64_t id) { return self.get()->contains(id); })
       .def("document",
-           [](const IndexHandle& self, int64_t id) { return self.get().document(id); })
-      .def("document_ids", [](const IndexHandle& self) { return self.get().document_ids(); })
-      .def("num_documents", [](const IndexHandle& self) { return self.get().num_documents(); })
-      .def("num_tokens", [](const IndexHandle& self) { return self.get().num_tokens(); })
-      .def("num_positions", [](const IndexHandle& self) { return self.get().num_positions(); })
-      .def("num_states", [](const IndexHandle& self) { return self.get().num_states(); })
-      .def("num_bytes", [](const IndexHandle& self) { return self.get().num_bytes(); })
-      .def("frozen", [](const IndexHandle& self) { return self.get().frozen(); })
+           [](const IndexHandle& self, int64_t id) { return self.get()->document(id); })
+      .def("document_ids", [](const IndexHandle& self) { return self.get()->document_ids(); })
+      .def("num_documents", [](const IndexHandle& self) { return self.get()->num_documents(); })
+      .def("num_tokens", [](const IndexHandle& self) { return self.get()->num_tokens(); })
+      .def("num_positions", [](const IndexHandle& self) { return self.get()->num_positions(); })
+      .def("num_states", [](const IndexHandle& self) { return self.get()->num_states(); })
+      .def("num_bytes", [](const IndexHandle& self) { return self.get()->num_bytes(); })
+      .def("frozen", [](const IndexHandle& self) { return self.get()->frozen(); })
       .def(
           "cursor",
           [](const IndexHandle& self, int32_t max_match_tokens) {
-            self.get();
-            return MatchCursor(self.index, max_match_tokens);
+            return MatchCursor(self.get(), max_match_tokens);
           },
           nb::arg("max_match_tokens"));
 
@@ -131,16 +174,13 @@ NB_MODULE(_native, m) {
             c.extend(tokens.data(), tokens.size());
           },
           nb::arg("tokens"))
-      .def("extend_one",
-           [](MatchCursor& c, int64_t token) {
-             if (token < 0 || token > INT32_MAX) {
-               throw agspec::ArgumentError("token ids must be in [0, 2^31), got " +
-                                           std::to_string(token));
-             }
-             const Token t = static_cast<Token>(token);
-             c.extend(&t, 1);
-           },
-           nb::arg("token"))
+      .def(
+          "extend_one",
+          [](MatchCursor& c, nb::handle token) {
+            const Token t = token_id(token);
+            c.extend(&t, 1);
+          },
+          nb::arg("token").none(), nb::sig("def extend_one(self, token: int) -> None"))
       .def("match_length", &MatchCursor::match_length)
       .def(
           "occurrences",
@@ -154,4 +194,91 @@ NB_MODULE(_native, m) {
            nb::arg("max_occurrences"))
       .def_prop_ro("num_fed", &MatchCursor::num_fed)
       .def_prop_ro("max_match_tokens", &MatchCursor::max_match);
+
+  // A request's cursors over its corpora, moved and read in one call per step
+  // (agspec.corpus_set); the *_batch functions do the same for many requests at once.
+  nb::class_<CursorSet>(m, "CursorSet")
+      .def(nb::init<>())
+      .def(
+          "add_cursor",
+          [](CursorSet& s, const IndexHandle& index, int32_t max_match_tokens,
+             const std::vector<int32_t>& tail) {
+            return s.add_cursor(index.get(), max_match_tokens, tail.data(), tail.size());
+          },
+          nb::arg("index"), nb::arg("max_match_tokens"), nb::arg("tail"))
+      .def(
+          "add_append",
+          [](CursorSet& s, const IndexHandle& index, int64_t doc_id) {
+            s.add_append(index.get(), doc_id);
+          },
+          nb::arg("index"), nb::arg("doc_id"))
+      .def(
+          "remove_append",
+          [](CursorSet& s, const IndexHandle& index) { s.remove_append(index.index.get()); },
+          nb::arg("index"))
+      .def(
+          "advance",
+          [](CursorSet& s, const std::vector<int32_t>& tokens) {
+            s.advance(tokens.data(), tokens.size());
+          },
+          nb::arg("tokens"))
+      .def("match_lengths",
+           [](CursorSet& s) {
+             std::vector<int32_t> out(s.size());
+             s.match_lengths(out.data());
+             return out;
+           })
+      .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
+           nb::arg("rule"), nb::arg("max_occurrences"))
+      .def("__len__", &CursorSet::size);
+
+  m.def(
+      "advance_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<std::vector<int32_t>>& tokens) {
+        if (sets.size() != tokens.size()) {
+          throw agspec::ArgumentError("advance_batch: one token list per cursor set");
+        }
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (sets[i] == nullptr) throw agspec::ArgumentError("advance_batch: a set is None");
+          sets[i]->advance(tokens[i].data(), tokens[i].size());
+        }
+      },
+      nb::arg("sets"), nb::arg("tokens"));
+  m.def(
+      "match_lengths_batch",
+      [](const std::vector<CursorSet*>& sets) {
+        size_t total = 0;
+        for (const CursorSet* s : sets) {
+          if (s == nullptr) throw agspec::ArgumentError("match_lengths_batch: a set is None");
+          total += s->size();
+        }
+        std::vector<int32_t> out(total);
+        size_t at = 0;
+        for (CursorSet* s : sets) {
+          s->match_lengths(out.data() + at);
+          at += s->size();
+        }
+        return out;
+      },
+      nb::arg("sets"));
+  m.def(
+      "continuation_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
+         const std::vector<int64_t>& max_tokens, const std::vector<int>& rules,
+         size_t max_occurrences) {
+        if (slots.size() != sets.size() || max_tokens.size() != sets.size() ||
+            rules.size() != sets.size()) {
+          throw agspec::ArgumentError("continuation_batch: one slot, length and rule per set");
+        }
+        std::vector<std::vector<Token>> out(sets.size());
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (slots[i] < 0 || max_tokens[i] <= 0) continue;  // no draft for this request
+          if (sets[i] == nullptr) throw agspec::ArgumentError("continuation_batch: a set is None");
+          out[i] = sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
+                                         max_occurrences);
+        }
+        return out;
+      },
+      nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
+      nb::arg("max_occurrences"));
 }

@@ -1,22 +1,15 @@
 #include "token_index.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 namespace agspec {
 
 namespace {
-
-uint64_t mix64(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ULL;
-  k ^= k >> 33;
-  return k;
-}
 
 void check_tokens(const Token* tokens, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -27,22 +20,93 @@ void check_tokens(const Token* tokens, size_t n) {
   }
 }
 
-// Marks the index busy for the lifetime of the guard (a long call without the GIL).
-class BusyGuard {
- public:
-  explicit BusyGuard(std::atomic<int>& flag) : flag_(flag) {
-    int expected = 0;
-    if (!flag_.compare_exchange_strong(expected, 1)) {
-      throw StateError("the index is being changed by another thread");
-    }
-  }
-  ~BusyGuard() { flag_.store(0); }
+}  // namespace
 
- private:
-  std::atomic<int>& flag_;
-};
+// ------------------------------------------------------------ access control
+
+// A call that finds the index held by the other kind of call waits a little for it to
+// end (a query or a small extend takes microseconds), and raises StateError if it has
+// not: it never waits for a long extend, remove or save, and two calls cannot wait on
+// each other for longer than that. Acquire on entry and release on exit order a
+// writer's changes before every later reader's reads, and readers' reads before a later
+// writer's changes.
+namespace {
+
+constexpr auto kShortWait = std::chrono::milliseconds(10);
+
+// Yields until done() or the deadline; returns done().
+template <class Done>
+bool wait_until(std::chrono::steady_clock::time_point deadline, Done done) {
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 }  // namespace
+
+void TokenIndex::enter_read() const {
+  if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
+  if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;  // fast path
+  access_.fetch_sub(1, std::memory_order_release);  // never hold a writer up while waiting
+  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
+  for (;;) {
+    if (!wait_until(deadline, no_writer)) {
+      throw StateError("the index is being changed by another thread");
+    }
+    if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
+    if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;
+    access_.fetch_sub(1, std::memory_order_release);  // another writer came first
+  }
+}
+
+void TokenIndex::exit_read() const { access_.fetch_sub(1, std::memory_order_release); }
+
+void TokenIndex::enter_write() {
+  if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
+  // Claim the writer's bit (at most one writer), then let the readers inside finish:
+  // new readers see the bit and stay out.
+  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
+  uint32_t seen = access_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (seen & kWriting) {
+      if (!wait_until(deadline, no_writer)) {
+        throw StateError("the index is being changed by another thread");
+      }
+      seen = access_.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (access_.compare_exchange_weak(seen, seen | kWriting, std::memory_order_acquire)) break;
+  }
+  auto readers_gone = [this] { return access_.load(std::memory_order_acquire) == kWriting; };
+  if (!wait_until(deadline, readers_gone)) {
+    access_.fetch_sub(kWriting, std::memory_order_release);
+    throw StateError("the index is being read by another thread (a save or a query)");
+  }
+  if (closed_.load(std::memory_order_acquire)) {
+    access_.fetch_sub(kWriting, std::memory_order_release);
+    throw StateError("the index was closed");
+  }
+}
+
+void TokenIndex::exit_write() { access_.fetch_sub(kWriting, std::memory_order_release); }
+
+TokenIndex::Reading::Reading(const TokenIndex& idx) : idx_(idx) { idx_.enter_read(); }
+TokenIndex::Reading::~Reading() { idx_.exit_read(); }
+
+class TokenIndex::Writing {
+ public:
+  explicit Writing(TokenIndex& idx) : idx_(idx) { idx_.enter_write(); }
+  ~Writing() { idx_.exit_write(); }
+  Writing(const Writing&) = delete;
+  Writing& operator=(const Writing&) = delete;
+
+ private:
+  TokenIndex& idx_;
+};
 
 // ------------------------------------------------------------------ EdgeTable
 
@@ -119,10 +183,6 @@ void TokenIndex::reset_automaton() {
   pos_off_.clear();
   edges_.clear();
   new_state(0);  // the root
-}
-
-void TokenIndex::check_idle() const {
-  if (busy_.load() != 0) throw StateError("the index is being changed by another thread");
 }
 
 int32_t TokenIndex::new_state(int32_t len) {
@@ -278,7 +338,7 @@ TokenIndex::Doc& TokenIndex::doc_for_write(int64_t doc_id) {
 void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
   if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
   check_tokens(tokens, n);
-  BusyGuard guard(busy_);
+  Writing guard(*this);
   Doc& d = doc_for_write(doc_id);
   const auto slot = doc_slot_[doc_id];
   if (n >= 4096) {
@@ -296,13 +356,13 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
     // The previous last token now has a successor: it becomes a position.
     if (!d.tokens.empty()) insert_position(slot, static_cast<uint32_t>(d.tokens.size() - 1));
     d.tokens.push_back(tokens[i]);
+    ++num_tokens_;  // per token: a throw part-way leaves the count true
   }
-  num_tokens_ += n;
 }
 
 void TokenIndex::remove(int64_t doc_id) {
   if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
-  BusyGuard guard(busy_);
+  Writing guard(*this);
   auto it = doc_slot_.find(doc_id);
   if (it == doc_slot_.end() || docs_[it->second].removed) {
     throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
@@ -325,20 +385,46 @@ void TokenIndex::remove(int64_t doc_id) {
   ++epoch_;
 }
 
-bool TokenIndex::contains(int64_t doc_id) const {
+const TokenIndex::Doc* TokenIndex::live_doc(int64_t doc_id) const {
   auto it = doc_slot_.find(doc_id);
-  return it != doc_slot_.end() && !docs_[it->second].removed;
+  if (it == doc_slot_.end() || docs_[it->second].removed) return nullptr;
+  return &docs_[it->second];
 }
 
-const std::vector<Token>& TokenIndex::document(int64_t doc_id) const {
-  auto it = doc_slot_.find(doc_id);
-  if (it == doc_slot_.end() || docs_[it->second].removed) {
-    throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
-  }
-  return docs_[it->second].tokens;
+bool TokenIndex::contains(int64_t doc_id) const {
+  Reading guard(*this);
+  return live_doc(doc_id) != nullptr;
+}
+
+std::vector<Token> TokenIndex::document(int64_t doc_id) const {
+  Reading guard(*this);
+  const Doc* d = live_doc(doc_id);
+  if (!d) throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
+  return d->tokens;
+}
+
+size_t TokenIndex::num_documents() const {
+  Reading guard(*this);
+  return num_live_docs_;
+}
+
+size_t TokenIndex::num_tokens() const {
+  Reading guard(*this);
+  return num_tokens_;
+}
+
+size_t TokenIndex::num_positions() const {
+  Reading guard(*this);
+  return pos_doc_.size();
+}
+
+size_t TokenIndex::num_states() const {
+  Reading guard(*this);
+  return st_.size();
 }
 
 std::vector<int64_t> TokenIndex::document_ids() const {
+  Reading guard(*this);
   std::vector<int64_t> ids;
   for (const auto& d : docs_) {
     if (!d.removed) ids.push_back(d.id);
@@ -347,6 +433,7 @@ std::vector<int64_t> TokenIndex::document_ids() const {
 }
 
 size_t TokenIndex::num_bytes() const {
+  Reading guard(*this);
   size_t b = edges_.num_bytes();
   b += st_.capacity() * sizeof(State);
   b += (edge_next_.capacity() + own_next_.capacity() + edge_token_.capacity()) * sizeof(int32_t);
@@ -365,6 +452,8 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     bool operator<(const Item& o) const { return key < o.key; }
   };
   std::vector<uint32_t> out;
+  // There are no more positions than pos_doc_ holds: a larger max_count means "all".
+  max_count = std::min(max_count, pos_doc_.size());
   if (max_count == 0) return out;
   {
     // A cached answer is valid while the automaton is unchanged: no new position (every
@@ -383,8 +472,8 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     }
   }
   std::vector<Item> heap;
-  heap.reserve(4 * max_count + 4);
-  out.reserve(max_count);
+  heap.reserve(std::min<size_t>(4 * max_count + 4, 4096));
+  out.reserve(std::min<size_t>(max_count, 1024));
   heap.push_back({st_[v].last_pos, v});
   size_t pops = 0;
   while (!heap.empty() && out.size() < max_count) {
@@ -425,8 +514,8 @@ Occurrence TokenIndex::occurrence(uint32_t pos) const {
 
 std::vector<Token> TokenIndex::tokens_after(uint32_t pos, size_t max_tokens) const {
   const auto& toks = docs_[pos_doc_[pos]].tokens;
-  const size_t begin = pos_off_[pos] + 1;
-  const size_t end = std::min(toks.size(), begin + max_tokens);
+  const size_t begin = pos_off_[pos] + 1;  // <= toks.size(): positions have a successor
+  const size_t end = begin + std::min(max_tokens, toks.size() - begin);
   return std::vector<Token>(toks.begin() + begin, toks.begin() + end);
 }
 
@@ -444,7 +533,7 @@ void TokenIndex::prefetch_next_tokens(uint32_t pos) const {
 void TokenIndex::next_tokens(uint32_t pos, Token* out, size_t max_tokens) const {
   const auto& toks = docs_[pos_doc_[pos]].tokens;
   const size_t begin = pos_off_[pos] + 1;
-  const size_t end = std::min(toks.size(), begin + max_tokens);
+  const size_t end = begin + std::min(max_tokens, toks.size() - begin);
   for (size_t i = begin; i < end; ++i) out[i - begin] = toks[i];
 }
 
@@ -458,293 +547,22 @@ size_t TokenIndex::common_suffix(uint32_t pos, const Token* tail, size_t tail_le
   return k;
 }
 
-// ----------------------------------------------------------------- save / load
-
-namespace {
-
-constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
-constexpr uint32_t kFormatVersion = 4;
-constexpr uint32_t kEndianMark = 0x01020304;
-
-struct Header {
-  char magic[8];
-  uint32_t version;
-  uint32_t endian;
-  uint64_t payload_bytes;
-  uint64_t checksum;
-};
-
-// A checksum over a stream of chunks, each zero-padded to 8 bytes (as the file is).
-class Checksum {
- public:
-  void update(const char* data, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) word(data + i);
-    if (i < n) {
-      char last[8] = {0};
-      std::memcpy(last, data + i, n - i);
-      word(last);
-    }
-  }
-  uint64_t value() const { return mix64(h_ ^ mix64(words_)); }
-
- private:
-  void word(const char* p) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h_ = (h_ ^ mix64(w)) * 0x100000001B3ULL;
-    ++words_;
-  }
-  uint64_t h_ = 0x9E3779B97F4A7C15ULL;
-  uint64_t words_ = 0;
-};
-
-size_t padding(size_t n) { return (8 - n % 8) % 8; }
-
-// Writes sections (each padded to 8 bytes) straight to the file.
-class Writer {
- public:
-  explicit Writer(FILE* f) : f_(f) {}
-  template <class T>
-  void pod(const T& v) {
-    chunk(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  template <class T>
-  void vec(const std::vector<T>& v) {
-    pod<uint64_t>(v.size());
-    chunk(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-  bool ok() const { return ok_; }
-  uint64_t bytes() const { return bytes_; }
-  uint64_t checksum() const { return sum_.value(); }
-
- private:
-  void chunk(const char* data, size_t n) {
-    static const char zeros[8] = {0};
-    const size_t pad = padding(n);
-    ok_ = ok_ && std::fwrite(data, 1, n, f_) == n && std::fwrite(zeros, 1, pad, f_) == pad;
-    sum_.update(data, n);
-    bytes_ += n + pad;
-  }
-  FILE* f_;
-  Checksum sum_;
-  uint64_t bytes_ = 0;
-  bool ok_ = true;
-};
-
-// Reads sections straight into their vectors (no second copy of the file in memory).
-class Reader {
- public:
-  Reader(FILE* f, uint64_t payload_bytes) : f_(f), left_(payload_bytes) {}
-  template <class T>
-  T pod() {
-    T v;
-    chunk(reinterpret_cast<char*>(&v), sizeof(T));
-    return v;
-  }
-  template <class T>
-  void vec(std::vector<T>* v) {
-    const auto count = pod<uint64_t>();
-    if (count > left_ / sizeof(T)) throw FormatError("index file is corrupt: bad array size");
-    v->resize(count);
-    chunk(reinterpret_cast<char*>(v->data()), count * sizeof(T));
-  }
-  bool done() const { return left_ == 0; }
-  uint64_t checksum() const { return sum_.value(); }
-
- private:
-  void chunk(char* data, size_t n) {
-    const size_t pad = padding(n);
-    if (left_ < n + pad) throw FormatError("index file is corrupt: payload ends early");
-    char tail[8] = {0};
-    if (std::fread(data, 1, n, f_) != n || std::fread(tail, 1, pad, f_) != pad) {
-      throw FormatError("index file: short read");
-    }
-    for (size_t i = 0; i < pad; ++i) {
-      if (tail[i] != 0) throw FormatError("index file is corrupt: bad padding");
-    }
-    sum_.update(data, n);
-    left_ -= n + pad;
-  }
-  FILE* f_;
-  uint64_t left_;
-  Checksum sum_;
-};
-
-// Closes a FILE* on every path out.
-struct FileCloser {
-  FILE* f;
-  ~FileCloser() {
-    if (f) std::fclose(f);
-  }
-};
-
-template <class T>
-void check_range(const std::vector<T>& v, int64_t lo, int64_t hi, const char* what) {
-  for (const T x : v) {
-    if (int64_t(x) < lo || int64_t(x) >= hi) {
-      throw FormatError(std::string("index file is corrupt: ") + what + " out of range");
-    }
-  }
-}
-
-}  // namespace
-
-void TokenIndex::save(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot open " + tmp + " for writing");
-  Header h{};
-  std::memcpy(h.magic, kMagic, 8);
-  h.version = kFormatVersion;
-  h.endian = kEndianMark;
-  bool ok = std::fwrite(&h, sizeof(h), 1, f) == 1;  // placeholder, rewritten below
-  Writer w(f);
-  w.pod<uint64_t>(docs_.size());
-  for (const auto& d : docs_) {
-    w.pod<int64_t>(d.id);
-    w.pod<uint8_t>(d.removed ? 1 : 0);
-    w.pod<int32_t>(d.last_state);
-    w.vec(d.tokens);
-  }
-  w.pod<uint64_t>(epoch_);
-  w.vec(st_);
-  w.vec(edge_next_);
-  w.vec(own_next_);
-  w.vec(edge_token_);
-  w.vec(pos_doc_);
-  w.vec(pos_off_);
-  w.pod<uint64_t>(edges_.size_);
-  w.vec(edges_.keys_);
-  w.vec(edges_.vals_);
-  h.payload_bytes = w.bytes();
-  h.checksum = w.checksum();
-  ok = ok && w.ok() && std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(&h, sizeof(h), 1, f) == 1;
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("writing " + tmp + " failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path);
-  }
-}
-
-std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
-  FileCloser file{std::fopen(path.c_str(), "rb")};
-  FILE* f = file.f;
-  if (!f) throw FormatError("cannot open index file " + path);
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  Header h{};
-  if (size < long(sizeof(Header)) || std::fread(&h, sizeof(h), 1, f) != 1) {
-    throw FormatError(path + " is not an AgSpec index file (too short for a header)");
-  }
-  if (std::memcmp(h.magic, kMagic, 8) != 0) {
-    throw FormatError(path + " is not an AgSpec index file (bad magic)");
-  }
-  if (h.endian != kEndianMark) {
-    throw FormatError(path + " was written on a machine of other byte order");
-  }
-  if (h.version != kFormatVersion) {
-    throw FormatError(path + " has index format version " + std::to_string(h.version) +
-                      "; this build reads version " + std::to_string(kFormatVersion));
-  }
-  const uint64_t have = uint64_t(size) - sizeof(Header);
-  if (have != h.payload_bytes) {
-    throw FormatError(path + " is truncated or padded: header says " +
-                      std::to_string(h.payload_bytes) + " payload bytes, file has " +
-                      std::to_string(have));
-  }
-  auto idx = std::make_shared<TokenIndex>();
-  Reader r(f, h.payload_bytes);
-  const auto ndocs = r.pod<uint64_t>();
-  if (ndocs > h.payload_bytes / 8) throw FormatError("index file is corrupt: bad document count");
-  idx->docs_.clear();
-  for (uint64_t i = 0; i < ndocs; ++i) {
-    Doc d{r.pod<int64_t>(), {}, 0, false};
-    d.removed = r.pod<uint8_t>() != 0;
-    d.last_state = r.pod<int32_t>();
-    r.vec(&d.tokens);
-    if (!d.removed) {
-      ++idx->num_live_docs_;
-      idx->num_tokens_ += d.tokens.size();
-    }
-    if (!idx->doc_slot_.emplace(d.id, uint32_t(i)).second) {
-      throw FormatError("index file is corrupt: duplicate document id");
-    }
-    idx->docs_.push_back(std::move(d));
-  }
-  idx->epoch_ = r.pod<uint64_t>();
-  r.vec(&idx->st_);
-  r.vec(&idx->edge_next_);
-  r.vec(&idx->own_next_);
-  r.vec(&idx->edge_token_);
-  r.vec(&idx->pos_doc_);
-  r.vec(&idx->pos_off_);
-  idx->edges_.size_ = r.pod<uint64_t>();
-  r.vec(&idx->edges_.keys_);
-  r.vec(&idx->edges_.vals_);
-  if (!r.done()) throw FormatError("index file is corrupt: trailing bytes");
-  if (r.checksum() != h.checksum) throw FormatError(path + " is corrupt: checksum mismatch");
-
-  // Structure checks, so a file with a valid checksum but broken content cannot crash us.
-  const int64_t ns = int64_t(idx->st_.size());
-  const int64_t np = int64_t(idx->pos_doc_.size());
-  const int64_t ne = int64_t(idx->edge_token_.size());
-  if (ns < 1 || idx->pos_off_.size() != size_t(np) || idx->own_next_.size() != size_t(np) ||
-      idx->edge_next_.size() != size_t(ne)) {
-    throw FormatError("index file is corrupt: array sizes disagree");
-  }
-  const size_t cap = idx->edges_.keys_.size();
-  if (cap < 16 || (cap & (cap - 1)) != 0 || idx->edges_.vals_.size() != cap ||
-      idx->edges_.size_ >= cap) {
-    throw FormatError("index file is corrupt: bad transition table");
-  }
-  idx->edges_.mask_ = cap - 1;
-  auto in = [](int64_t x, int64_t lo, int64_t hi) { return lo <= x && x < hi; };
-  const int64_t npos = std::max<int64_t>(np, 1);
-  for (const State& q : idx->st_) {
-    if (q.len < 0 || !in(q.link, -1, ns) || !in(q.first_child, -1, ns) ||
-        !in(q.next_sib, -1, ns) || !in(q.prev_sib, -1, ns) || !in(q.own_head, -1, np) ||
-        !in(q.edge_head, -1, ne) || !in(q.in_tgt, -1, ns) || q.in_tok < -1 ||
-        !in(q.first_pos, 0, npos) || !in(q.last_pos, 0, npos)) {
-      throw FormatError("index file is corrupt: state out of range");
-    }
-  }
-  check_range(idx->own_next_, -1, np, "position");
-  check_range(idx->edge_next_, -1, ne, "edge");
-  check_range(idx->edges_.vals_, -1, ns, "transition");
-  check_range(idx->pos_doc_, 0, int64_t(ndocs), "document");
-  for (int64_t g = 0; g < np; ++g) {
-    const auto& d = idx->docs_[idx->pos_doc_[g]];
-    if (d.removed || idx->pos_off_[g] + 1 >= d.tokens.size()) {
-      throw FormatError("index file is corrupt: position outside its document");
-    }
-  }
-  for (const auto& d : idx->docs_) {
-    if (d.last_state < 0 || d.last_state >= ns) {
-      throw FormatError("index file is corrupt: document state out of range");
-    }
-  }
-  idx->frozen_ = true;
-  return idx;
-}
-
 // ----------------------------------------------------------------- MatchCursor
 
 MatchCursor::MatchCursor(std::shared_ptr<TokenIndex> index, int32_t max_match)
     : index_(index), max_match_(max_match) {
   if (max_match < 1) throw ArgumentError("max_match_tokens must be >= 1");
+  if (!index) throw StateError("the index was closed");
+  TokenIndex::Reading reading(*index);
   epoch_ = index->epoch();
-  synced_positions_ = index->num_positions();
+  synced_positions_ = index->positions_size();
 }
 
 std::shared_ptr<TokenIndex> MatchCursor::lock() const {
   auto idx = index_.lock();
-  if (!idx) throw StateError("the index this cursor matches against was closed");
-  idx->check_idle();
+  if (!idx || idx->closed()) {
+    throw StateError("the index this cursor matches against was closed");
+  }
   return idx;
 }
 
@@ -790,7 +608,7 @@ void MatchCursor::rematch(const TokenIndex& idx, size_t length) {
 }
 
 void MatchCursor::sync(const TokenIndex& idx) {
-  const size_t npos = idx.num_positions();
+  const size_t npos = idx.positions_size();
   if (epoch_ == idx.epoch() && synced_positions_ == npos) return;
   const size_t window = std::min(tail_.size(), size_t(max_match_));
   const size_t fresh = npos - std::min(npos, synced_positions_);
@@ -817,6 +635,7 @@ void MatchCursor::sync(const TokenIndex& idx) {
 void MatchCursor::extend(const Token* tokens, size_t n) {
   auto idx = lock();
   check_tokens(tokens, n);
+  TokenIndex::Reading reading(*idx);
   sync(*idx);
   for (size_t i = 0; i < n; ++i) {
     step(*idx, tokens[i]);
@@ -826,12 +645,14 @@ void MatchCursor::extend(const Token* tokens, size_t n) {
 
 int32_t MatchCursor::match_length() {
   auto idx = lock();
+  TokenIndex::Reading reading(*idx);
   sync(*idx);
   return len_;
 }
 
 std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   auto idx = lock();
+  TokenIndex::Reading reading(*idx);
   sync(*idx);
   std::vector<Occurrence> out;
   if (len_ == 0) return out;
@@ -842,6 +663,7 @@ std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
 std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
                                              size_t max_occurrences) {
   auto idx = lock();
+  TokenIndex::Reading reading(*idx);
   sync(*idx);
   if (len_ == 0 || max_tokens == 0) return {};
   if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);

@@ -36,6 +36,16 @@ class StateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A 64-bit finalizer (the transition table's hash, and the file checksum's mixer).
+inline uint64_t mix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
 struct Occurrence {
   int64_t doc_id;
   int64_t end_offset;  // offset in its document of the match's last token
@@ -68,6 +78,11 @@ class EdgeTable {
   size_t mask_ = 0;
 };
 
+// Threads: every public method of TokenIndex may be called from any thread. Readers
+// (queries through cursors, save, document, the counters) run concurrently with each
+// other; a writer (extend, remove) runs alone. A call that would overlap one of the other
+// kind raises StateError instead of waiting or racing, and after close() every call
+// raises StateError. A MatchCursor belongs to one thread at a time.
 class TokenIndex {
  public:
   TokenIndex();
@@ -79,20 +94,56 @@ class TokenIndex {
   void remove(int64_t doc_id);
 
   bool contains(int64_t doc_id) const;
-  const std::vector<Token>& document(int64_t doc_id) const;
+  // A copy: the document may grow once the call has returned.
+  std::vector<Token> document(int64_t doc_id) const;
   std::vector<int64_t> document_ids() const;
-  size_t num_documents() const { return num_live_docs_; }
-  size_t num_tokens() const { return num_tokens_; }
+  size_t num_documents() const;
+  size_t num_tokens() const;
   // Positions indexed: every token that has a successor in its document.
-  size_t num_positions() const { return pos_doc_.size(); }
-  size_t num_states() const { return st_.size(); }
+  size_t num_positions() const;
+  size_t num_states() const;
   size_t num_bytes() const;
-  bool frozen() const { return frozen_; }
+  bool frozen() const { return frozen_; }  // fixed at construction
 
+  // Writes <path>.tmp.<pid>.<n>, then renames it over path: concurrent saves to one
+  // path each write a whole file, and the last rename wins.
   void save(const std::string& path) const;
+  // Reads and verifies a saved index (checksum, then every structural invariant), so a
+  // file edited with a recomputed checksum raises FormatError instead of crashing or
+  // hanging a later query. The result is frozen (read-only).
   static std::shared_ptr<TokenIndex> load(const std::string& path);
+  // Checks every invariant load checks, on this index (O(size)); raises FormatError.
+  void verify() const;
 
-  // --- used by MatchCursor -------------------------------------------------------
+  // Marks the index closed: from now on every call (and every cursor's) raises
+  // StateError. Calls already running finish; the memory goes with the last shared_ptr.
+  void close() { closed_.store(true); }
+  bool closed() const { return closed_.load(); }
+
+  // Holds the index for reading for its lifetime (the guard every reader takes).
+  class Reading {
+   public:
+    explicit Reading(const TokenIndex& idx);
+    ~Reading();
+    Reading(const Reading&) = delete;
+    Reading& operator=(const Reading&) = delete;
+
+   private:
+    const TokenIndex& idx_;
+  };
+
+ private:
+  friend class MatchCursor;
+  class Writing;
+
+  struct Doc {
+    int64_t id;
+    std::vector<Token> tokens;
+    int32_t last_state;  // state of the document's indexed prefix (all tokens but the last)
+    bool removed;
+  };
+
+  // --- used by MatchCursor, inside a Reading ----------------------------------------
   int32_t transition(int32_t state, Token t) const {
     if (st_[state].in_tok == t) return st_[state].in_tgt;
     return st_[state].edge_head == -1 ? -1 : edges_.get(state, t);
@@ -100,7 +151,8 @@ class TokenIndex {
   int32_t state_len(int32_t s) const { return st_[s].len; }
   int32_t state_link(int32_t s) const { return st_[s].link; }
   uint64_t epoch() const { return epoch_; }
-  // Most recent first; at most max_count.
+  size_t positions_size() const { return pos_doc_.size(); }
+  // Most recent first; at most max_count (any value: it is not used as a size).
   std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
   uint32_t first_position(int32_t state) const { return st_[state].first_pos; }
   uint32_t last_position(int32_t state) const { return st_[state].last_pos; }
@@ -110,23 +162,19 @@ class TokenIndex {
   // Cache hints for a batch of positions (no effect on results).
   void prefetch_position(uint32_t pos) const;
   void prefetch_next_tokens(uint32_t pos) const;
-  // Tokens after position pos in its document, at most max_tokens.
+  // Tokens after position pos in its document, at most max_tokens (any value).
   std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
   // Length of the common suffix of `tail` (last element = most recent) and the
   // document text ending at position pos, at most max_len.
   size_t common_suffix(uint32_t pos, const Token* tail, size_t tail_len, size_t max_len) const;
 
-  // Guards a long operation run without the GIL: other calls fail instead of racing.
-  std::atomic<int>& busy() { return busy_; }
-  void check_idle() const;
-
- private:
-  struct Doc {
-    int64_t id;
-    std::vector<Token> tokens;
-    int32_t last_state;  // state of the document's indexed prefix (all tokens but the last)
-    bool removed;
-  };
+  // --- access control ---------------------------------------------------------------
+  // access_: the number of readers inside, plus kWriting while a writer is inside.
+  static constexpr uint32_t kWriting = uint32_t{1} << 31;
+  void enter_read() const;
+  void exit_read() const;
+  void enter_write();
+  void exit_write();
 
   int32_t new_state(int32_t len);
   int32_t clone_state(int32_t q, int32_t len);
@@ -138,6 +186,8 @@ class TokenIndex {
   void insert_position(uint32_t doc, uint32_t offset);
   void reset_automaton();
   Doc& doc_for_write(int64_t doc_id);
+  const Doc* live_doc(int64_t doc_id) const;
+  void check_structure(const std::string& what) const;
 
   std::vector<Doc> docs_;
   std::unordered_map<int64_t, uint32_t> doc_slot_;
@@ -145,17 +195,20 @@ class TokenIndex {
   size_t num_tokens_ = 0;
 
   // Suffix automaton. State 0 is the root. One struct per state, so a step touches one
-  // cache line. Invariants:
+  // cache line. Invariants (check_structure verifies each of them):
   //  len          length of the longest string of the state; its strings have lengths
-  //               (st_[link].len, len].
-  //  link         suffix link (-1 for the root); links form a tree rooted at 0.
+  //               (st_[link].len, len]. 0 only for the root.
+  //  link         suffix link (-1 for the root); st_[link].len < len, so links form a
+  //               tree rooted at 0.
   //  first_child, next_sib, prev_sib: link-tree children, sorted by last_pos descending.
   //  own_head     most recent position whose longest string (its document prefix) is in
-  //               the state; own_next_ chains a state's owned positions, most recent first.
+  //               the state, and is the state's longest string; own_next_ chains a
+  //               state's owned positions, most recent first (strictly decreasing).
   //  edge_head    first extra transition (see below), -1 when none.
   //  in_tok/in_tgt the first transition, inline (in_tok = -1 when none): most states have
   //               one; the others go to the hash table edges_, chained per state through
-  //               edge_next_ for cloning (edge_token_ holds their tokens).
+  //               edge_next_ for cloning (edge_token_ holds their tokens). Every
+  //               transition s -t-> q has st_[q].len > st_[s].len.
   //  first_pos    earliest end position of the state's strings (never changes once set).
   //  last_pos     most recent end position of its strings = max over the link subtree.
   struct State {
@@ -169,7 +222,8 @@ class TokenIndex {
   std::vector<int32_t> edge_next_;
   std::vector<Token> edge_token_;
 
-  // Positions in insertion order (the global clock that "most recent" refers to).
+  // Positions in insertion order (the global clock that "most recent" refers to). A
+  // document's positions are its offsets 0, 1, ..., in this order.
   std::vector<uint32_t> pos_doc_, pos_off_;
   std::vector<int32_t> own_next_;
 
@@ -187,12 +241,15 @@ class TokenIndex {
   mutable uint64_t recent_cache_epoch_ = ~uint64_t{0};
   mutable size_t recent_cache_positions_ = 0;
   bool frozen_ = false;
-  std::atomic<int> busy_{0};
+  mutable std::atomic<uint32_t> access_{0};
+  std::atomic<bool> closed_{false};
 };
 
 // Tracks the longest suffix (at most max_match tokens) of the fed tokens that occurs in
 // the index with at least one token after it. Amortized O(1) per fed token. Holds the
-// index weakly: after the index is closed every call raises StateError.
+// index weakly: after the index is closed every call raises StateError. Each call holds
+// the index for reading (TokenIndex::Reading), so it raises StateError while a writer
+// is inside, and a writer raises StateError while it runs.
 class MatchCursor {
  public:
   MatchCursor(std::shared_ptr<TokenIndex> index, int32_t max_match);
@@ -209,7 +266,7 @@ class MatchCursor {
   int32_t max_match() const { return max_match_; }
 
  private:
-  std::shared_ptr<TokenIndex> lock() const;
+  std::shared_ptr<TokenIndex> lock() const;  // raises StateError once closed
   void sync(const TokenIndex& idx);
   void step(const TokenIndex& idx, Token c);
   void rematch(const TokenIndex& idx, size_t length);

@@ -171,10 +171,11 @@ def test_gzip_round_trip_and_damaged_gzip(tmp_path):
         "t",
         [Call(agent="a", role="code", turn=0, messages=[Message("user", "hi")], output="ok")],
     )
+    s2 = Session("s2", "test", "m", "t", list(s.calls))
     path = tmp_path / "t.jsonl.gz"
-    assert write_sessions([s, s], path) == 2
-    assert list(read_sessions(path)) == [s, s]
+    assert write_sessions([s, s2], path) == 2
+    assert list(read_sessions(path)) == [s, s2]
     bad = tmp_path / "bad.jsonl.gz"
     bad.write_bytes(path.read_bytes()[:20])
-    with pytest.raises(TraceFormatError, match="damaged gzip"):
+    with pytest.raises(TraceFormatError, match="bad.jsonl.gz:1: truncated gzip file"):
         list(read_sessions(bad))

@@ -21,16 +21,19 @@ than the tokens available.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
+from agspec.corpus_set import CorpusSet, SourceRule, advance_batch, match_lengths_batch
 from agspec.costmodel import break_even_accept_prob
 from agspec.policy.cost_length import MatchSurvival
 from agspec.policy.length import (
@@ -96,6 +99,42 @@ class AgSpecConfig:
     live_token_budget: int = 50_000_000
 
     def __post_init__(self) -> None:
+        # Types first: a bool or a float where a count goes is a mistake, not a count.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float", "bool") and (
+                isinstance(value, bool) != (f.type == "bool")
+                or not isinstance(value, (int, float) if f.type == "float" else int)
+            ):
+                raise ValueError(f"{f.name} must be {f.type}, got {value!r}")
+        for name in (
+            "cost_prior_weight",
+            "scale_step",
+            "scale_min",
+            "scale_max",
+            "break_even_prob",
+            "session_ttl_s",
+        ):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+        if not self.session_ttl_s > 0:
+            raise ValueError(f"session_ttl_s must be > 0 seconds, got {self.session_ttl_s}")
+        for name in ("live_token_budget", "history_budget_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        if not 0 < self.scale_step <= 1:
+            raise ValueError(f"scale_step must be in (0, 1], got {self.scale_step}")
+        if not 0 < self.scale_min <= 1.0 <= self.scale_max:
+            raise ValueError(
+                f"scale_min and scale_max must satisfy 0 < scale_min <= 1 <= scale_max, got "
+                f"{self.scale_min} and {self.scale_max}"
+            )
+        for name in ("session_rule", "workspace_rule", "global_rule", "history_rule"):
+            if getattr(self, name) not in get_args(ContinuationRule):
+                raise ValueError(
+                    f"{name} must be one of {get_args(ContinuationRule)}, got "
+                    f"{getattr(self, name)!r}"
+                )
         if self.length_mode not in ("static", "match", "cap", "cap+scale", "cost"):
             raise ValueError(f"unknown length_mode {self.length_mode!r}")
         if not self.cost_prior_weight > 0:
@@ -265,8 +304,22 @@ class AgSpecServer:
         self.cost_mode = cfg.length_mode == "cost"
         self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
+        self._live_tokens = 0  # sum of the live sessions' _counted
+        self._empty: tuple[SessionCorpus, WorkspaceCorpus] | None = None
         self._clock = clock
         # Hot-path lookups, computed once.
+        # The source preference, most preferred first (agspec.corpus_set.SourceRule): the
+        # paper's order, with history (beyond the paper) between global and the live ones.
+        self.source_order: list[SourceRule] = (
+            [SourceRule("request")]
+            if cfg.use_request
+            else [
+                SourceRule("global", cfg.global_margin_tokens),
+                SourceRule("history"),
+                SourceRule("workspace"),
+                SourceRule("session"),
+            ]
+        )
         self.rules: dict[Source, ContinuationRule] = {
             "request": cfg.session_rule,
             "session": cfg.session_rule,
@@ -322,25 +375,80 @@ class AgSpecServer:
         self._sessions.move_to_end(session_id)
 
     def end_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        s = self._sessions.pop(session_id, None)
+        if s is not None:
+            self._close(s)
         self.save_scales()
 
     @property
     def live_tokens(self) -> int:
-        return sum(s.num_tokens for s in self._sessions.values())
+        """Tokens held by the live sessions' session and workspace corpora."""
+        return self._live_tokens
+
+    def _close(self, s: AgSpecSession) -> None:
+        """Ends `s` for good: its calls stop (KeyError) and its corpora are freed, even
+        while a caller still holds the session or one of its call objects."""
+        s.closed = True
+        self._live_tokens -= s._counted
+        s._counted = 0
+        for call in list(s._calls):
+            call._release()
+        s._calls.clear()
+        if self._empty is None:
+            factory = ENGINES[self.config.engine]
+            self._empty = (
+                SessionCorpus(separator_id=self.separator_id, index_factory=factory),
+                WorkspaceCorpus(self.tokenizer.encode, "none", index_factory=factory),
+            )
+        # Closed sessions refuse every use, so they can share one pair of empty corpora.
+        s.session_corpus, s.workspace = self._empty
+
+    def _grew(self, s: AgSpecSession, num_tokens: int) -> None:
+        """`s` indexed `num_tokens` more; keeps the live total within the budget."""
+        s._counted += num_tokens
+        self._live_tokens += num_tokens
+        if self._live_tokens > self.config.live_token_budget:
+            self._over_budget(s)
+
+    def _over_budget(self, s: AgSpecSession) -> None:
+        """Evicts the least recently used other sessions; when `s` alone is over the
+        budget, `s` stops indexing (one warning) and drafts from what it holds."""
+        budget = self.config.live_token_budget
+        while self._live_tokens > budget:
+            victim = next((v for v in self._sessions.values() if v is not s), None)
+            if victim is None:
+                break
+            log.info("evicting session %s to stay within the live token budget", victim.session_id)
+            del self._sessions[victim.session_id]
+            self._close(victim)
+        if self._live_tokens > budget and not s.frozen:
+            s.frozen = True
+            for call in list(s._calls):
+                call._stop_indexing()
+            log.warning(
+                "session %s alone holds %d tokens, over the live token budget of %d: it "
+                "stops indexing new tokens and drafts from what it holds",
+                s.session_id,
+                s._counted,
+                budget,
+            )
 
     def _evict(self) -> None:
         """Drops sessions idle past the TTL, then the oldest while over the token budget."""
         now = self._clock()
-        for sid in [
-            k for k, s in self._sessions.items() if now - s.last_used > self.config.session_ttl_s
-        ]:
+        ttl = self.config.session_ttl_s
+        # Sessions are in least-recently-used order: the idle ones come first.
+        while self._sessions:
+            sid, s = next(iter(self._sessions.items()))
+            if now - s.last_used <= ttl:
+                break
             log.info("evicting idle session %s", sid)
-            self._sessions.pop(sid).closed = True
-        while self._sessions and self.live_tokens > self.config.live_token_budget:
+            del self._sessions[sid]
+            self._close(s)
+        while self._sessions and self._live_tokens > self.config.live_token_budget:
             sid, s = self._sessions.popitem(last=False)
             log.info("evicting session %s to stay within the live token budget", sid)
-            s.closed = True
+            self._close(s)
 
 
 class AgSpecSession:
@@ -360,6 +468,10 @@ class AgSpecSession:
         )
         self.last_used = 0.0
         self.closed = False
+        # Over the live token budget on its own: indexes nothing more (AgSpecServer).
+        self.frozen = False
+        self._counted = 0  # tokens of this session in the server's live total
+        self._calls: weakref.WeakSet[AgSpecCall] = weakref.WeakSet()
         self._num_calls = 0
 
     def _check_open(self) -> None:
@@ -368,18 +480,27 @@ class AgSpecSession:
 
     def open_artifact(self, path: str, text: str) -> int:
         self._check_open()
-        if not self.server.config.use_workspace:
+        if not self.server.config.use_workspace or self.frozen:
             return 0
-        return self.workspace.open_artifact(path, text)
+        before = self.workspace.num_tokens
+        self.workspace.open_artifact(path, text)
+        added = self.workspace.num_tokens - before
+        self.server._grew(self, added)
+        return added
 
     def call(self, agent: str, role: str = "other", turn: int = 0) -> AgSpecCall:
         self._check_open()
         self._num_calls += 1
-        return AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
+        call = AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
+        self._calls.add(call)
+        return call
 
     def end(self) -> None:
-        self.closed = True
-        self.server.end_session(self.session_id)
+        """Ends the session: its calls stop and its corpora are freed. Idempotent."""
+        if self.server._sessions.get(self.session_id) is self:
+            self.server.end_session(self.session_id)
+        elif not self.closed:
+            self.server._close(self)
 
     @property
     def num_tokens(self) -> int:
@@ -389,15 +510,17 @@ class AgSpecSession:
 class AgSpecCall:
     """One model call: `begin / propose / accept / end`.
 
-    After `propose`, `last_source` and `last_match_length` say where the draft came from.
+    The call's corpora (session, workspace, history, global, or its own text only) sit
+    behind one `CorpusSet`: a step feeds them the committed tokens in one native call
+    and reads their match lengths in another. After `propose`, `last_source` and
+    `last_match_length` say where the draft came from.
     """
 
     def __init__(self, session: AgSpecSession, agent: str, role: str, turn: int, doc_id: int):
         self.session = session
         self.agent, self.role, self.turn = agent, role, turn
         self._doc_id = doc_id
-        self._cursors: dict[Source, Any] = {}  # MatchCursor or an engine's cursor
-        self._cursor_items: list[tuple[Source, Any]] = []
+        self._corpora: CorpusSet | None = None
         self._cap = 0
         self._request: Any = None
         self._draft: list[int] = []
@@ -405,14 +528,40 @@ class AgSpecCall:
         self._decision: LengthDecision | None = None
         self._begun = False
         self._ended = False
+        self._released = False  # the session was ended or evicted
+        self._index_output = False  # accept() appends to the session corpus
         self.last_source: Source | None = None
         self.last_match_length = 0
+
+    def _release(self) -> None:
+        """The session ended or was evicted: drop every reference to its corpora."""
+        self._released = self._ended = True
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
+        self._request = None
+        self._output = []
+        self._draft = []
+        self._decision = None
+        self._index_output = False
+
+    def _stop_indexing(self) -> None:
+        """The session stopped indexing (over the live token budget on its own)."""
+        if self._index_output and self._corpora is not None:
+            self._corpora.stop_appending(self.session.session_corpus.index)
+        self._index_output = False
+
+    def _not_live(self, what: str) -> Exception:
+        if self._released:
+            return KeyError(f"{what}: session {self.session.session_id!r} was ended or evicted")
+        return RuntimeError(f"{what} needs begin() first and no end()")
 
     def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
         if self._begun:
             raise RuntimeError("begin() was already called for this call")
         self.session._check_open()
-        cfg = self.session.server.config
+        server = self.session.server
+        cfg = server.config
         # Lists go to the corpora as they are (the native side checks the ids it indexes);
         # only the tail can be part of a match, so only the tail feeds the cursors.
         prompt = (
@@ -420,29 +569,38 @@ class AgSpecCall:
             if isinstance(prompt_ids, list)
             else as_tokens(prompt_ids, what="prompt_ids").tolist()
         )
-        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids")
-        m = cfg.max_match_tokens
+        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
+        sess = self.session
+        entries: list[tuple[str, Any, ContinuationRule]] = []
+        appends: list[tuple[Any, int]] = []
         if cfg.use_session:
-            self.session.session_corpus.add_prompt(self._doc_id, prompt)
-            self._cursors["session"] = self.session.session_corpus.index.match(
-                tail, max_match_tokens=m
-            )
+            if not sess.frozen:
+                before = sess.session_corpus.num_tokens
+                sess.session_corpus.add_prompt(self._doc_id, prompt)
+                server._grew(sess, sess.session_corpus.num_tokens - before)
+            entries.append(("session", sess.session_corpus.index, cfg.session_rule))
+            self._index_output = not sess.frozen
+            if self._index_output:
+                appends.append((sess.session_corpus.index, self._doc_id))
         if cfg.use_workspace:
-            self._cursors["workspace"] = self.session.workspace.index.match(
-                tail, max_match_tokens=m
-            )
-        h = self.session.server.history
-        if h is not None:
-            self._cursors["history"] = h.match(tail, max_match_tokens=m)
-        g = self.session.server.global_corpus
-        if g is not None:
-            self._cursors["global"] = g.index.match(tail, max_match_tokens=m)
+            entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
+        if server.history is not None:
+            entries.append(("history", server.history, cfg.history_rule))
+        if server.global_corpus is not None:
+            entries.append(("global", server.global_corpus.index, cfg.global_rule))
         if cfg.use_request:
             self._request = ENGINES[cfg.engine]()
             self._request.extend_list(0, prompt)
-            self._cursors["request"] = self._request.match(tail, max_match_tokens=m)
-        self._cursor_items = list(self._cursors.items())
-        lengths = self.session.server.lengths
+            entries.append(("request", self._request, cfg.session_rule))
+            appends.append((self._request, 0))
+        self._corpora = CorpusSet(
+            entries,
+            tail,
+            max_match_tokens=cfg.max_match_tokens,
+            appends=appends,
+            order=server.source_order,
+        )
+        lengths = server.lengths
         # The cap of this agent cannot change during a call: look it up once.
         self._cap = lengths.caps.cap_for(
             self.agent, model=lengths.model, batch_size=lengths.batch_size
@@ -451,59 +609,68 @@ class AgSpecCall:
 
     def propose(self, max_tokens: int) -> list[int]:
         if not self._begun or self._ended:
-            raise RuntimeError("propose() needs begin() first and no end()")
+            raise self._not_live("propose()")
         if max_tokens < 0 or max_tokens > 1 << 16:
             raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
         self._draft = []
         self.last_source, self.last_match_length = None, 0
         if max_tokens == 0:
             return []
+        corpora = self._corpora
+        assert corpora is not None
+        slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
+        if want == 0:
+            return []
+        draft = corpora.continuation(
+            slot, want, max_occurrences=self.session.server.config.max_occurrences
+        )
+        return self._take(draft, slot, want, m)
+
+    def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
+        """Source slot, draft length and match length for these match lengths (policy)."""
+        corpora = self._corpora
+        assert corpora is not None
+        slot = corpora.pick(lengths)
+        if slot < 0:
+            return -1, 0, 0
+        m = lengths[slot]
         server = self.session.server
-        cfg = server.config
-        lengths = {k: c.match_length for k, c in self._cursor_items}
-        if "request" in lengths:
-            source: Source | None = "request" if lengths["request"] > 0 else None
-        else:
-            source = choose_source(
-                lengths.get("session", 0),
-                lengths.get("workspace", 0),
-                lengths.get("global", 0),
-                cfg.global_margin_tokens,
-                m_h=lengths.get("history", 0),
-            )
-        if source is None:
-            return []
-        m = lengths[source]
-        if m < cfg.min_match_tokens:
-            return []
-        cursor = self._cursors[source]
+        if m < server.config.min_match_tokens:
+            return -1, 0, 0
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
-        engine_max = getattr(cursor, "engine_max_tokens", None)
         want = server.lengths.draft_length(
-            self.agent, match_tokens=m, available_tokens=max_tokens, engine_max_tokens=engine_max
+            self.agent,
+            match_tokens=m,
+            available_tokens=max_tokens,
+            engine_max_tokens=corpora.engine_max_tokens(slot),
         ).draft_tokens
-        if server.cost_mode:
+        if server.cost_mode and want:
             # The best length over [0, want] bounds the one over [0, retrieved]; when it is
             # 0 (most short matches on a CPU), skip the continuation altogether.
             want = server.lengths.cost_length(self.agent, m, want)
-            if want == 0:
-                return []
-        draft = cursor.continuation(want, server.rules[source], max_occurrences=cfg.max_occurrences)
+        return slot, want, m
+
+    def _take(self, draft: list[int], slot: int, want: int, m: int) -> list[int]:
+        """Records the draft of this step (after the continuation was copied)."""
+        server = self.session.server
         if server.cost_mode and len(draft) < want:
             draft = draft[: server.lengths.cost_length(self.agent, m, len(draft))]
-            if not draft:
-                return []
+        if not draft:
+            return []
         cap = self._cap
         # Censored only when the cap itself bounded the draft (not max_tokens, not text).
         capped = server.capped_mode and len(draft) == want == cap
         self._draft = draft
         self._decision = LengthDecision(len(draft), cap, capped, m)
-        self.last_source, self.last_match_length = source, m
+        assert self._corpora is not None
+        self.last_source = self._corpora.names[slot]  # type: ignore[assignment]
+        self.last_match_length = m
         return list(draft)
 
-    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+    def _check_committed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
+        """The committed tokens as a list, checked against the draft; feeds the policy."""
         if not self._begun or self._ended:
-            raise RuntimeError("accept() needs begin() first and no end()")
+            raise self._not_live("accept()")
         committed = (
             committed_ids
             if isinstance(committed_ids, list)
@@ -523,22 +690,35 @@ class AgSpecCall:
             raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
-        lengths = self.session.server.lengths
+        if type(last) is not int:
+            committed = [*committed[:-1], int(last)]
+        server = self.session.server
+        lengths = server.lengths
         if self._decision is not None and draft:
             accepted = accept_length(draft, committed)
             lengths.observe(self.agent, self._decision, accepted)
-        if self.session.server.batch_cost_mode:
+        if server.batch_cost_mode:
             lengths.note_step(len(draft), n)
         self._draft, self._decision = [], None
-        # Checked above: hand the list to the native objects directly (hot path).
-        for cur in self._cursors.values():
-            cur.extend_list(committed)
-        if "session" in self._cursors:
-            self.session.session_corpus.index.extend_list(self._doc_id, committed)
+        return committed
+
+    def _count(self, n: int) -> None:
+        """Bookkeeping after the corpora took `n` committed tokens."""
+        if self._index_output:
+            sess = self.session
+            sess._counted += n
+            server = sess.server
+            server._live_tokens += n
+            if server._live_tokens > server.config.live_token_budget:
+                server._over_budget(sess)
+
+    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+        committed = self._check_committed(committed_ids)
+        assert self._corpora is not None
+        self._corpora.advance(committed)
         if self.session.server.history is not None:
             self._output.extend(committed)
-        if self._request is not None:
-            self._request.extend_list(0, committed)
+        self._count(len(committed))
 
     def end(self) -> None:
         if self._ended:
@@ -546,11 +726,79 @@ class AgSpecCall:
         self._ended = True
         self.session.server.add_history(self._output)
         self._output = []
-        self._cursors.clear()
-        self._cursor_items = []
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
         self._request = None
         if not self.session.closed:
             self.session.server.touch(self.session.session_id)
+
+
+def step_batch(
+    calls: Sequence[AgSpecCall],
+    committed: Sequence[Sequence[int] | np.ndarray | None],
+    max_tokens: Sequence[int] | int,
+) -> list[list[int]]:
+    """One verification step for many requests at once: accept, then propose.
+
+    `committed[i]` is what the engine committed for `calls[i]` since its last step (its
+    accepted draft prefix plus one token; None or empty right after `begin`), and
+    `max_tokens[i]` bounds its next draft. Returns the drafts, in order. Equivalent to
+    `accept` on every call, then `propose` on every call (so requests of one session see
+    each other's tokens of this step), with every corpus of every request moved in one
+    native call and every match read in another (one per call with a non-native engine).
+    The calls may belong to different sessions of one server, or of several.
+
+    >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
+    """
+    n = len(calls)
+    if len(committed) != n:
+        raise ValueError(f"committed has {len(committed)} entries for {n} calls")
+    caps = [max_tokens] * n if isinstance(max_tokens, int) else list(max_tokens)
+    if len(caps) != n:
+        raise ValueError(f"max_tokens has {len(caps)} entries for {n} calls")
+    sets: list[CorpusSet] = []
+    moved: list[list[int]] = []
+    for call, c in zip(calls, committed):
+        if c is not None and len(c):
+            toks = call._check_committed(c)
+            assert call._corpora is not None
+            sets.append(call._corpora)
+            moved.append(toks)
+            if call.session.server.history is not None:
+                call._output.extend(toks)
+        elif not call._begun or call._ended:
+            raise call._not_live("step_batch()")
+    if sets:
+        advance_batch(sets, moved)
+    for call, c in zip(calls, committed):
+        if c is not None and len(c):
+            call._count(len(c))
+    # Propose: read every match in one call, plan each draft, copy the continuations.
+    live: list[AgSpecCall] = []
+    for call, k in zip(calls, caps):
+        if not call._begun or call._ended:
+            raise call._not_live("step_batch()")
+        if k < 0 or k > 1 << 16:
+            raise ValueError(f"max_tokens must be in [0, 65536], got {k}")
+        call._draft = []
+        call.last_source, call.last_match_length = None, 0
+        live.append(call)
+    all_sets = [call._corpora for call in live]
+    lengths = match_lengths_batch(all_sets)  # type: ignore[arg-type]
+    plans = [call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(live, lengths, caps)]
+    drafts: list[list[int]] = []
+    for call, (slot, want, m) in zip(live, plans):
+        if want == 0:
+            drafts.append([])
+            continue
+        corpora = call._corpora
+        assert corpora is not None
+        draft = corpora.continuation(
+            slot, want, max_occurrences=call.session.server.config.max_occurrences
+        )
+        drafts.append(call._take(draft, slot, want, m))
+    return drafts
 
 
 def _break_even(cost_model: Any, batch_size: int) -> float | None:

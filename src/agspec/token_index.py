@@ -81,6 +81,16 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
     return arr
 
 
+def check_count(name: str, value: object, *, lo: int = 0, hi: int = _INT32_MAX) -> int:
+    """A count argument: an int (not a bool, not a float) in [lo, hi]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        upper = "2^31)" if hi == _INT32_MAX else f"{hi}]"
+        raise ValueError(f"{name} must be in [{lo}, {upper}, got {value}")
+    return int(value)
+
+
 def check_doc_id(doc_id: int) -> int:
     """A document id: an int in [0, 2^63) (shared by every index engine)."""
     if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
@@ -93,8 +103,11 @@ def check_doc_id(doc_id: int) -> int:
 class TokenIndex:
     """Many append-only documents of token ids, searchable by `MatchCursor`s.
 
-    Not thread-safe for concurrent writers; a call that overlaps a long `extend`,
-    `remove` or `save` in another thread raises `IndexStateError`.
+    Safe to share between threads: queries, `save`, `document` and the counters run
+    concurrently with each other, `extend` and `remove` alone. A call that meets one of
+    the other kind in another thread waits at most 10 ms for it, then raises
+    `IndexStateError` and changes nothing (retry it); after `close` every call, and every
+    cursor's, raises `IndexStateError`. A `MatchCursor` belongs to one thread at a time.
     """
 
     def __init__(self, _handle: _native.TokenIndex | None = None) -> None:
@@ -131,14 +144,28 @@ class TokenIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TokenIndex:
-        """Loads a saved index, read-only. Raises IndexFormatError for a bad file."""
+        """Loads a saved index, read-only. Raises IndexFormatError for a bad file.
+
+        Besides the checksum, every structural invariant is verified (`verify`), so a
+        file edited on purpose and given a valid checksum is refused too.
+        """
         p = os.fspath(path)
         if not os.path.isfile(p):
             raise FileNotFoundError(f"no index file at {p}")
         return cls(_native.TokenIndex.load(p))
 
+    def verify(self) -> None:
+        """Checks every structural invariant `load` checks; raises IndexFormatError.
+
+        O(size); what it costs on a 10M-token index is in docs/index.md.
+        """
+        self._native.verify()
+
     def close(self) -> None:
-        """Frees the index; cursors over it raise IndexStateError from now on."""
+        """Frees the index; it and its cursors raise IndexStateError from now on.
+
+        A call running in another thread finishes first; the memory is freed when it does.
+        """
         self._native.close()
 
     # -- inspection ----------------------------------------------------------------
@@ -176,7 +203,8 @@ class TokenIndex:
     def __contains__(self, doc_id: object) -> bool:
         if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
             return False
-        return bool(doc_id >= 0) and bool(self._native.contains(int(doc_id)))
+        # Document ids are in [0, 2^63): anything else is simply not in the index.
+        return bool(0 <= doc_id < 2**63) and bool(self._native.contains(int(doc_id)))
 
     def __len__(self) -> int:
         return self.num_documents
@@ -184,7 +212,10 @@ class TokenIndex:
     def __repr__(self) -> str:
         if self.closed:
             return "TokenIndex(closed)"
-        return f"TokenIndex(documents={self.num_documents}, tokens={self.num_tokens})"
+        try:
+            return f"TokenIndex(documents={self.num_documents}, tokens={self.num_tokens})"
+        except IndexStateError:
+            return "TokenIndex(busy)"
 
 
 class MatchCursor:
@@ -203,7 +234,8 @@ class MatchCursor:
             self._native.extend(arr)
 
     def extend_one(self, token: int) -> None:
-        self._native.extend_one(int(token))
+        """One token id (an int in [0, 2^31); the native side checks it)."""
+        self._native.extend_one(token)
 
     def extend_list(self, tokens: list[int]) -> None:
         """Fast path for a short list of already-checked ids (raises TypeError otherwise)."""
@@ -219,9 +251,8 @@ class MatchCursor:
 
     def occurrences(self, max_count: int = 32) -> list[tuple[int, int]]:
         """`(doc_id, end_offset)` of the current match, most recent first."""
-        if max_count < 0:
-            raise ValueError(f"max_count must be >= 0, got {max_count}")
-        return [tuple(o) for o in self._native.occurrences(max_count)]  # type: ignore[misc]
+        n = check_count("max_count", max_count)
+        return [tuple(o) for o in self._native.occurrences(n)]  # type: ignore[misc]
 
     def continuation(
         self, max_tokens: int, rule: ContinuationRule = "frequent", *, max_occurrences: int = 32
@@ -235,10 +266,16 @@ class MatchCursor:
         the most frequent next token among the occurrences that agree with the draft so
         far (ties: most recent), while at least a tenth of the occurrences back it.
         """
-        if max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-        if rule not in _RULES:
+        # The hot path: plain ints in range go straight through; anything else (or a
+        # TypeError from comparing it) takes the checks below, which say what is wrong.
+        try:
+            if 0 <= max_tokens <= _INT32_MAX and 1 <= max_occurrences <= 64:
+                code = _RULES[rule]
+                return list(self._native.continuation(max_tokens, code, max_occurrences))
+        except (TypeError, KeyError):
+            pass
+        n = check_count("max_tokens", max_tokens)
+        if not isinstance(rule, str) or rule not in _RULES:
             raise ValueError(f"rule must be one of {sorted(_RULES)}, got {rule!r}")
-        if not 1 <= max_occurrences <= 64:
-            raise ValueError(f"max_occurrences must be in [1, 64], got {max_occurrences}")
-        return list(self._native.continuation(max_tokens, _RULES[rule], max_occurrences))
+        k = check_count("max_occurrences", max_occurrences, lo=1, hi=64)
+        return list(self._native.continuation(n, _RULES[rule], k))

@@ -163,7 +163,7 @@ class GenerationResult:
     reused_prompt_tokens: int = 0  # prompt prefix found in the KV cache
     prefill_ms: float = 0.0
     total_ms: float = 0.0
-    stopped_by: str = "length"  # "length", "eos" or "context"
+    stopped_by: str = "length"  # "length", "eos", "context" or "cancelled"
 
     @property
     def num_drafted_tokens(self) -> int:
@@ -273,18 +273,57 @@ class Sampling:
                              f"{self.top_p}")  # fmt: skip
 
     def sample(self, logits: np.ndarray, rng: random.Random) -> int:
+        """One token, drawn with one `rng.random()`. Only the few most likely tokens are
+        sorted (the draw almost always lands among them: a full sort of a 150k vocabulary
+        costs more than a decode step); when it does not, the full sort decides. Both give
+        the token of `sample_full_sort` for the same draw."""
         z = logits.astype(np.float64) / self.temperature
-        order = np.argsort(-z, kind="stable")  # most likely first; ties: lower id first
+        u = rng.random()
+        n = len(z)
+        m = self.top_k or _SAMPLE_CANDIDATES
+        if m >= n:
+            return self._pick(z, np.argsort(-z, kind="stable"), u)
+        # Every token at least as likely as the m-th: the full sort's first m tokens, ties
+        # included, in the same order (stable over ascending ids: ties lower id first).
+        part = np.argpartition(-z, m - 1)[:m]
+        cand = np.flatnonzero(z >= z[part].min())
+        order = cand[np.argsort(-z[cand], kind="stable")]
+        if self.top_k:
+            return self._pick(z, order[: self.top_k], u)
+        top = z[order]
+        weights = np.exp(top - top[0])
+        total = float(np.exp(z - top[0]).sum())  # the normaliser over every token
+        cum = np.cumsum(weights) / total
+        reach = self.top_p if self.top_p < 1.0 else u
+        if cum[-1] <= reach:  # the nucleus (or the draw) goes past the candidates
+            return self._pick(z, np.argsort(-z, kind="stable"), u)
+        probs = weights / total
+        if self.top_p < 1.0:
+            keep = int(np.searchsorted(cum, self.top_p) + 1)
+            probs = probs[:keep] / probs[:keep].sum()
+        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
+        return int(order[min(i, len(probs) - 1)])
+
+    def sample_full_sort(self, logits: np.ndarray, u: float) -> int:
+        """The reference rule, sorting every token: the token whose probability interval
+        (most likely first, ties lower id first) holds `u`."""
+        z = logits.astype(np.float64) / self.temperature
+        return self._pick(z, np.argsort(-z, kind="stable"), u)
+
+    def _pick(self, z: np.ndarray, order: np.ndarray, u: float) -> int:
         if self.top_k:
             order = order[: self.top_k]
-        z = z[order]
-        probs = np.exp(z - z[0])
+        zs = z[order]
+        probs = np.exp(zs - zs[0])
         probs /= probs.sum()
         if self.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)
             probs = probs[:keep] / probs[:keep].sum()
-        i = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
         return int(order[min(i, len(probs) - 1)])
+
+
+_SAMPLE_CANDIDATES = 256
 
 
 def generate(
@@ -298,6 +337,8 @@ def generate(
     reuse_prefix: bool = True,
     on_step: Callable[[StepStats], None] | None = None,
     sampling: Sampling | None = None,
+    on_commit: Callable[[list[int]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> GenerationResult:
     """Greedy speculative decoding with `drafter`; `drafter=None` is plain greedy decoding.
     With `sampling`, sampled decoding instead, exactly (see `Sampling`).
@@ -306,6 +347,11 @@ def generate(
     tokens are the draft's longest prefix that equals the argmax, plus the argmax after it.
     The output equals greedy decoding token for token, except where llama.cpp's batched
     kernels flip a near-tie (see docs/live.md).
+
+    `on_commit(tokens)` sees each step's committed tokens as soon as they are known (a
+    server streams them); `should_stop()` is asked before every step, and when it returns
+    True the loop ends with `stopped_by="cancelled"` (a client that went away, a timeout,
+    a stop string the caller found): a cancellation takes effect within one step.
     """
     llama_cpp = import_llama_cpp()
     if not isinstance(llm, llama_cpp.Llama):
@@ -332,6 +378,9 @@ def generate(
         drafter.begin(prompt)
     try:
         while len(result.tokens) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                result.stopped_by = "cancelled"
+                break
             room = n_ctx - llm.n_tokens - 1  # positions left after the pending token
             if room < 0:
                 result.stopped_by = "context"
@@ -390,6 +439,8 @@ def generate(
                 on_step(stats)
             if drafter is not None:
                 drafter.accept(committed)
+            if on_commit is not None:
+                on_commit(committed)
             if stop is not None:
                 result.stopped_by = stop
                 break

@@ -20,6 +20,7 @@ _GROUPS = [
     "models_cmd",
     "costmodel_cmd",
     "record_cmd",
+    "serve_cmd",
 ]
 
 
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input is reported in one line, never as a traceback.
         print(f"agspec {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's code for SIGINT; outputs are whole or absent.
+        print(f"agspec {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agspec._files import atomic_write_text
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("costmodel", help="measure verification cost profiles")
@@ -163,9 +165,7 @@ def _measure(args: argparse.Namespace) -> int:
         progress=lambda msg: print(msg, file=sys.stderr),
     )
     out = Path(args.output)
-    tmp = out.with_name(out.name + ".partial")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    atomic_write_text(out, json.dumps(profile, indent=1) + "\n")
     step = profile["batch_sizes"]["1"]["step_ms"]
     print(
         f"wrote {out}: n=1 {step[0]:.2f} ms, n={len(step)} {step[-1]:.2f} ms "

@@ -37,8 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from agspec._files import atomic_output, atomic_write_text, check_not_input
+
 SIDECAR_SUFFIX = ".docs.json"
 SIDECAR_VERSION = 1
+# The longest continuation and the most occurrences a query prints (as the drafter's
+# propose() bound): a larger number is a typo, not a request.
+MAX_QUERY_TOKENS = 1 << 16
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -216,7 +221,10 @@ def build_index(
         raise IsADirectoryError(f"output {out} is a folder; give a file path")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    # An earlier build's output inside an indexed folder is not a source file.
+    # A file given by name is an input, never an output to overwrite; an earlier build's
+    # output found inside an indexed folder is not a source file.
+    check_not_input(out, [r for r in roots if Path(r).is_file()])
+    check_not_input(sidecar_path(out), [r for r in roots if Path(r).is_file()])
     own = {out.resolve(), sidecar_path(out).resolve()}
     files = [f for f in iter_files(roots, globs) if f.resolve() not in own]
     if not files:
@@ -242,7 +250,10 @@ def build_index(
         )
 
     t0 = time.perf_counter()
-    index.save(out)
+    # Each file whole or not at all; the sidecar last, so a sidecar always describes the
+    # index beside it (query checks the two agree).
+    with atomic_output(out) as tmp:
+        index.save(tmp)
     sidecar = {
         "version": SIDECAR_VERSION,
         "tokenizer": tokenizer_name,
@@ -250,9 +261,7 @@ def build_index(
         "num_tokens": index.num_tokens,
         "documents": docs,
     }
-    tmp = sidecar_path(out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(sidecar, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(sidecar_path(out))
+    atomic_write_text(sidecar_path(out), json.dumps(sidecar, indent=1) + "\n")
     stats.save_s = time.perf_counter() - t0
 
     stats.files = len(docs)
@@ -335,10 +344,12 @@ def query_index(
     from agspec.token_index import TokenIndex
     from agspec.tokenizers import get_tokenizer
 
-    if max_tokens < 0:
-        raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
-    if max_occurrences < 0:
-        raise ValueError(f"--max-occurrences must be >= 0, got {max_occurrences}")
+    if not 0 <= max_tokens <= MAX_QUERY_TOKENS:
+        raise ValueError(f"--max-tokens must be in [0, {MAX_QUERY_TOKENS}], got {max_tokens}")
+    if not 0 <= max_occurrences <= MAX_QUERY_TOKENS:
+        raise ValueError(
+            f"--max-occurrences must be in [0, {MAX_QUERY_TOKENS}], got {max_occurrences}"
+        )
     meta = load_sidecar(index_path)
     docs = meta["documents"]
     assert isinstance(docs, list)

@@ -42,6 +42,7 @@ def _load_cost_model(spec: str, context_tokens: int):  # noqa: ANN202
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from agspec._files import check_not_input
     from agspec.profile import profile_caps
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import read_sessions
@@ -49,6 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     for t in args.traces:
         if not t.is_file():
             raise FileNotFoundError(f"no trace file {t}")
+    check_not_input(args.out, args.traces)
     tok = get_tokenizer(args.tokenizer)
     cm = _load_cost_model(args.cost_model, args.context_tokens)
     sessions = [s for t in args.traces for s in read_sessions(t)]

@@ -20,7 +20,7 @@ from typing import Any
 
 from agspec.pipeline.recorder import Recorder
 from agspec.pipeline.runner import SOURCE, CallLive, PipelineConfig, run_session
-from agspec.pipeline.tasks import load_tasks
+from agspec.pipeline.tasks import load_task, load_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,6 +84,10 @@ def _record(args: argparse.Namespace) -> int:
 
         cost_model = resolve_cost_model(args.cost_model, context_tokens=args.n_ctx)
     names = load_tasks(args.tasks)
+    # Fail fast, before the model loads and before anything is written: an unknown or
+    # broken task is a typo to fix, not a session to record as an error.
+    for name in names:
+        load_task(name)
     recorder = Recorder(args.output)
     todo = [n for n in names if f"{SOURCE}/{n}" not in recorder.done]
     skipped = len(names) - len(todo)

@@ -111,13 +111,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     report.add_argument("--agents", action="store_true", help="also print accept length per agent")
     report.add_argument("--markdown", action="store_true", help="markdown tables, one per source")
+    report.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="show the entries of a run folder without complete.json (interrupted, failed "
+        "or running), flagged; by default such a folder is an error",
+    )
     report.set_defaults(func=_report)
 
 
 def _replay(args: argparse.Namespace) -> int:
     from agspec.replay.registry import drafter_names
     from agspec.replay.report import format_table
-    from agspec.replay.run import RunConfig, load_sessions, run_replay
+    from agspec.replay.run import RunConfig, load_sessions, mark_run_complete, run_replay
     from agspec.tokenizers import get_tokenizer
 
     drafters = tuple(args.drafters) if args.drafters else tuple(drafter_names())
@@ -160,6 +166,7 @@ def _replay(args: argparse.Namespace) -> int:
         tokenizer=tokenizer,
         progress=not args.no_progress,
         jobs=args.jobs,
+        mark_complete=False,
     )
     print(f"split: {config.split_description()}")
     print(format_table(entries))
@@ -167,6 +174,7 @@ def _replay(args: argparse.Namespace) -> int:
         from agspec.replay.plots import write_plots
 
         write_plots(entries, args.out, ladder=args.ladder)
+    mark_run_complete(args.out)  # last: the folder is a finished run from here on
     print(f"run folder: {args.out}", file=sys.stderr)
     return 0
 
@@ -179,7 +187,10 @@ def _report(args: argparse.Namespace) -> int:
         load_entries,
     )
 
-    entries = load_entries(args.runs)
+    entries = load_entries(args.runs, allow_incomplete=args.allow_incomplete)
+    for run in dict.fromkeys(e["run"] for e in entries if e.get("incomplete")):
+        n = sum(1 for e in entries if e["run"] == run)
+        print(f"!! INCOMPLETE RUN {run}: {n} entries so far; its figures are partial")
     print(format_markdown(entries) if args.markdown else format_table(entries))
     if args.agents:
         for b in sorted({e["batch_size"] for e in entries}):

@@ -8,6 +8,7 @@ agspec traces stats swe.jsonl mini.jsonl
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -48,6 +49,7 @@ def register(sub: Any) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from agspec._files import atomic_output, check_not_input
     from agspec.traces.io import write_sessions
 
     keep = args.keep_last_observations
@@ -61,22 +63,43 @@ def _import(args: argparse.Namespace) -> int:
                 f"--keep-last-observations: expected a number or 'all', got {keep!r}"
             ) from None
     files = find_trace_files(args.format, args.paths)
+    if not files:
+        raise ValueError(
+            f"no {args.format} trace files (*{FORMATS[args.format]}) under "
+            f"{', '.join(args.paths)}; nothing written"
+        )
+    check_not_input(args.output, files)
     num_sessions = num_calls = 0
     skipped: list[Skipped] = []
-    with open(args.output, "w", encoding="utf-8") as out:
-        for item in iter_import(
-            args.format,
-            files,
-            keep_last_observations=keep_n,
-            drop_repeated_blocks=not args.keep_repeated_blocks,
-            progress=not args.no_progress,
-        ):
-            if isinstance(item, Skipped):
-                skipped.append(item)
-                continue
-            write_sessions([item], out)
-            num_sessions += 1
-            num_calls += len(item.calls)
+    seen: set[str] = set()
+    # Written whole or not at all: an interrupted import leaves no output file.
+    with atomic_output(args.output) as tmp:
+        with _open_text(tmp, args.output) as out:
+            for item in iter_import(
+                args.format,
+                files,
+                keep_last_observations=keep_n,
+                drop_repeated_blocks=not args.keep_repeated_blocks,
+                progress=not args.no_progress,
+            ):
+                if isinstance(item, Skipped):
+                    skipped.append(item)
+                    continue
+                if item.session_id in seen:
+                    raise ValueError(
+                        f"two input files give session id {item.session_id!r} (files of the "
+                        "same name in different folders?); import them into separate files"
+                    )
+                seen.add(item.session_id)
+                write_sessions([item], out)
+                num_sessions += 1
+                num_calls += len(item.calls)
+        if not num_sessions:
+            for s in skipped:
+                print(f"skipped: {s.path}: {s.reason}", file=sys.stderr)
+            raise ValueError(
+                f"none of the {len(files)} files gave a session; nothing written to {args.output}"
+            )
     whole = [s for s in skipped if s.whole_file]
     for s in skipped:
         kind = "skipped" if s.whole_file else "partly skipped"
@@ -88,12 +111,40 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_text(tmp: Any, target: str) -> Any:
+    """A text stream on `tmp`, gzip-compressed when `target` ends in .gz."""
+    import gzip
+
+    if target.endswith(".gz"):
+        return gzip.open(tmp, "wt", encoding="utf-8")
+    return open(tmp, "w", encoding="utf-8")
+
+
 def _check(args: argparse.Namespace) -> int:
-    from agspec.traces.io import check_file
+    from agspec.traces.io import scan_file
+    from agspec.traces.schema import TraceFormatError
 
     bad = 0
+    # A session id may appear once across the files, as `agspec replay` requires of the
+    # files it is given together.
+    first_seen: dict[str, str] = {}
     for f in args.files:
-        n_ok, errors = check_file(f)
+        if not os.path.isfile(f):
+            raise FileNotFoundError(f"no such trace file: {f}")
+        n_ok, errors = 0, []
+        for lineno, item in scan_file(f):
+            if isinstance(item, TraceFormatError):
+                errors.append(str(item))
+                continue
+            where = f"{f}:{lineno}"
+            other = first_seen.setdefault(item.session_id, where)
+            if other != where:
+                errors.append(
+                    f"{where}: session.session_id: {item.session_id!r} is also at {other}; "
+                    "files replayed together need distinct session ids"
+                )
+                continue
+            n_ok += 1
         for e in errors:
             print(e, file=sys.stderr)
         bad += len(errors)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from agspec.policy._util import atomic_write_text, check_int, read_state_file
+from agspec.policy._util import atomic_write_text, check_int, finite_number, read_state_file
 
 __all__ = [
     "CURVES_FORMAT",
@@ -148,25 +148,22 @@ class MatchSurvival:
         p = Path(path)
         try:
             doc = read_state_file(p, CURVES_FORMAT)
-            if doc.get("max_tokens") != max_tokens:
+            saved_max = doc.get("max_tokens")
+            if isinstance(saved_max, bool) or saved_max != max_tokens:
                 raise ValueError(
                     f"saved with max_tokens={doc.get('max_tokens')!r}, this server uses "
                     f"{max_tokens}"
                 )
+            rows = doc.get("curves", [])
+            if not isinstance(rows, list):
+                raise ValueError("'curves' must be a list")
             counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-            for row in doc.get("curves", []):
-                agent, bucket = row["agent"], row["bucket"]
-                at_risk = [float(x) for x in row["at_risk"]]
-                survived = [float(x) for x in row["survived"]]
-                if not isinstance(agent, str) or not isinstance(bucket, int):
-                    raise ValueError("agent must be a str and bucket an int")
-                if not 0 <= bucket < MATCH_BUCKETS:
-                    raise ValueError(f"bucket {bucket} outside [0, {MATCH_BUCKETS})")
-                if len(at_risk) != max_tokens or len(survived) != max_tokens:
-                    raise ValueError(f"curve of {agent!r} has the wrong length")
-                if any(not (0 < h <= n and math.isfinite(n)) for n, h in zip(at_risk, survived)):
-                    raise ValueError(f"curve of {agent!r}: counts outside 0 < survived <= at risk")
-                counts[(agent, bucket)] = (at_risk, survived)
+            for i, row in enumerate(rows):
+                try:
+                    key, pair = _curve_row(row, max_tokens)
+                except ValueError as exc:
+                    raise ValueError(f"curves[{i}]: {exc}") from None
+                counts[key] = pair
             out._counts = counts
         except FileNotFoundError:
             pass
@@ -176,6 +173,32 @@ class MatchSurvival:
             )
             logger.warning("ignoring acceptance curves file %s: %s", p, exc)
         return out
+
+
+def _curve_row(
+    row: Any, max_tokens: int
+) -> tuple[tuple[str, int], tuple[list[float], list[float]]]:
+    """One saved curve, checked: ValueError naming what is wrong."""
+    if not isinstance(row, dict):
+        raise ValueError("not an object")
+    agent, bucket = row.get("agent"), row.get("bucket")
+    if not isinstance(agent, str):
+        raise ValueError("agent must be a string")
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or not 0 <= bucket < MATCH_BUCKETS:
+        raise ValueError(f"bucket must be an integer in [0, {MATCH_BUCKETS})")
+    lists = []
+    for name in ("at_risk", "survived"):
+        raw = row.get(name)
+        if not isinstance(raw, list) or len(raw) != max_tokens:
+            raise ValueError(f"{name} of {agent!r} must be a list of {max_tokens} numbers")
+        values = [finite_number(x) for x in raw]
+        if any(v is None for v in values):
+            raise ValueError(f"{name} of {agent!r}: counts must be finite numbers (not booleans)")
+        lists.append([float(v) for v in values if v is not None])
+    at_risk, survived = lists
+    if any(not 0 < h <= n for n, h in zip(at_risk, survived)):
+        raise ValueError(f"curve of {agent!r}: counts outside 0 < survived <= at risk")
+    return (agent, bucket), (at_risk, survived)
 
 
 def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agspec.policy._util import atomic_write_text, check_int, read_state_file
+from agspec.policy._util import atomic_write_text, check_int, finite_number, read_state_file
 from agspec.policy.cost_length import (
     MatchSurvival,
     best_length,
@@ -245,8 +245,10 @@ class ProfiledCap:
             doc = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise CapsFileError(f"{p}: no such caps file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise CapsFileError(f"{p}: not a readable JSON caps file ({exc})") from None
+        except RecursionError:
+            raise CapsFileError(f"{p}: not a readable JSON caps file (nested too deeply)") from None
         if not isinstance(doc, dict) or doc.get("format") != CAPS_FORMAT:
             raise CapsFileError(f"{p}: format must be {CAPS_FORMAT!r}")
         if doc.get("version") != 1:
@@ -381,9 +383,12 @@ class OnlineScale:
             if not isinstance(raw, dict):
                 raise ValueError("'scales' must be an object")
             for agent, alpha in raw.items():
-                if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-                    raise ValueError(f"scale of {agent!r} is not a number")
-                scales[str(agent)] = float(alpha)
+                value = finite_number(alpha)
+                if value is None or value <= 0:
+                    raise ValueError(
+                        f"scale of {agent!r} is {str(alpha)[:40]}: expected a finite number > 0"
+                    )
+                scales[str(agent)] = value
         except FileNotFoundError:
             pass
         except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -91,7 +91,7 @@ def plot_accept_by_turn(
                 ax.legend(fontsize=5)
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -122,9 +122,17 @@ def plot_speedup(
     ax.legend(fontsize=6, ncol=4, loc="upper right")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    _save(fig, out)
     plt.close(fig)
     return out
+
+
+def _save(fig: Any, out: Path) -> None:
+    """PNG written whole or not at all (a temporary file renamed when complete)."""
+    from agspec._files import atomic_output
+
+    with atomic_output(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
 
 
 def write_plots(

@@ -45,8 +45,16 @@ def _flag(entry: dict[str, Any] | None) -> str:
     return FLAG if share is not None and share < LOW_COVERAGE else ""
 
 
-def load_entries(dirs: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
-    """Every summary entry of the given run folders, each tagged with its `run` folder."""
+def load_entries(
+    dirs: Iterable[str | os.PathLike[str]], *, allow_incomplete: bool = False
+) -> list[dict[str, Any]]:
+    """Every summary entry of the given run folders, each tagged with its `run` folder.
+
+    A folder without a valid `complete.json` (`agspec.replay.run.run_incomplete_reason`)
+    is an error, or with `allow_incomplete` its entries are tagged `incomplete: True`.
+    """
+    from agspec.replay.run import run_incomplete_reason
+
     entries: list[dict[str, Any]] = []
     for d in dirs:
         path = Path(d) / "summary.json"
@@ -56,8 +64,15 @@ def load_entries(dirs: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        for entry in data.get("entries", []):
-            entries.append({**entry, "run": str(d)})
+        found = data.get("entries", [])
+        why = run_incomplete_reason(d)
+        if why is not None and not allow_incomplete:
+            raise ValueError(
+                f"{d}: incomplete run ({why}; {len(found)} entries so far): re-run it, or "
+                "pass --allow-incomplete to see its partial figures, flagged"
+            )
+        for entry in found:
+            entries.append({**entry, "run": str(d), **({"incomplete": True} if why else {})})
     return entries
 
 

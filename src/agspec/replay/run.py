@@ -10,7 +10,8 @@ holds the session being replayed. Each (source, drafter, batch size) is one
 Run folder: `config.json` (every setting, the split stated in words), `steps/` (one
 parquet or JSONL file of step records per source, drafter and batch size),
 `summary.json` (one entry per source, drafter and batch size, with per-agent and
-per-agent-per-turn accept lengths).
+per-agent-per-turn accept lengths), and `complete.json`, written last: a folder without
+it is not a finished run.
 
 Example: sessions `a`, `e`, `b` with `fold_of` 0, 1, 0: sessions `a` and `b` are
 replayed with a global corpus of `e`'s outputs, `e` with `a`'s and `b`'s.
@@ -18,9 +19,11 @@ replayed with a global corpus of `e`'s outputs, `e` with `a`'s and `b`'s.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import time
 import warnings
 from array import array
@@ -30,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agspec._files import atomic_write_text
 from agspec.replay.oracle import ORACLE_SCOPES, OracleServer
 from agspec.replay.records import ReplayCall, ReplaySession, StepRecorder, write_steps
 from agspec.replay.registry import ORACLE, drafter_names, make_server, preload_drafters
@@ -292,8 +296,13 @@ def run_replay(
     cost_model_for: Callable[[int], Any] | None = None,
     progress: bool = True,
     jobs: int = 1,
+    mark_complete: bool = True,
 ) -> list[dict[str, Any]]:
     """Replay every source x drafter x batch size; write the run folder; return summaries.
+
+    The folder's `complete.json` is written last (`mark_run_complete`; with
+    `mark_complete=False` the caller writes it after its own outputs): a folder without it
+    is an interrupted, failed or running run, and `agspec report` refuses it.
 
     `cost_model_for(context_tokens)` gives the cost model of one source (default:
     `resolve_cost_model(config.cost_model, ...)`); `context_tokens` is the source's mean
@@ -303,7 +312,7 @@ def run_replay(
     if not sessions:
         raise ValueError("no sessions to replay")
     out = Path(out_dir)
-    (out / "steps").mkdir(parents=True, exist_ok=True)
+    start_run_folder(out, inputs=config.traces)
     if cost_model_for is None:
 
         def cost_model_for(context_tokens: int) -> Any:
@@ -383,7 +392,7 @@ def run_replay(
                 from tqdm import tqdm
 
                 bar = tqdm(total=len(tasks), desc="replays", unit="replay")
-            with ctx.Pool(jobs) as pool:
+            with ctx.Pool(jobs, initializer=_ignore_sigint) as pool:
                 for entry in pool.imap_unordered(_run_task_quiet, tasks):
                     entries.append(entry)
                     _write_json(out / "summary.json", {"entries": entries})
@@ -396,6 +405,8 @@ def run_replay(
     finally:
         _STATE.clear()
     _write_json(out / "summary.json", {"split": config.split_description(), "entries": entries})
+    if mark_complete:
+        mark_run_complete(out)
     return entries
 
 
@@ -452,12 +463,19 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
     wall_s = time.perf_counter() - t0
     entry = _entry(source, name, result, config, wall_s)
     if config.write_steps:
-        stem = out / "steps" / f"{_safe(source)}__{_safe(name)}__b{batch_size}"
-        path = write_steps(
+        # Written in a private folder, then renamed into steps/ whole.
+        partial = out / "steps" / f"{_PARTIAL_PREFIX}{os.getpid()}"
+        partial.mkdir(exist_ok=True)
+        stem = partial / f"{_safe(source)}__{_safe(name)}__b{batch_size}"
+        written = write_steps(
             result.recorder,
             stem,
             extra={"source": source, "drafter": name, "batch_size": batch_size},
         )
+        path = out / "steps" / written.name
+        os.replace(written, path)
+        with contextlib.suppress(OSError):
+            partial.rmdir()
         entry["steps_file"] = str(path.relative_to(out))
     return entry
 
@@ -519,6 +537,81 @@ def _safe(name: str) -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+# -- run folder completeness ------------------------------------------------------------
+
+RUN_COMPLETE = "complete.json"
+_RUN_FORMAT = "agspec-run-complete"
+_PARTIAL_PREFIX = ".partial-"
+# What a run writes at the top of its folder (plots: agspec.replay.plots).
+_RUN_FILES = ("summary.json", "config.json", "accept_by_turn.png", "speedup.png")
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches every process of the group: the parent alone reports it (one line)
+    # and terminates the workers, which would each print a traceback.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_run_folder(out: Path, *, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Makes `out` ready for a new run: first removes the completion marker, then what an
+    earlier run wrote there (summary, config, step files, plots), so an interrupted re-run
+    can never leave old and new files that look like one complete run."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"run folder {out} is a file")
+    (out / "steps").mkdir(parents=True, exist_ok=True)
+    old = [out / RUN_COMPLETE, *(out / n for n in _RUN_FILES), *out.glob("ablation-*.png")]
+    old += [p for p in (out / "steps").iterdir() if p.suffix in (".parquet", ".jsonl")]
+    inputs_resolved = {Path(p).resolve() for p in inputs}
+    for p in old:
+        if p.resolve() in inputs_resolved:
+            raise ValueError(f"the run folder {out} holds an input ({p}): choose another -o")
+    for p in old:  # the marker first
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    for p in (out / "steps").glob(f"{_PARTIAL_PREFIX}*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def mark_run_complete(out: str | os.PathLike[str]) -> Path:
+    """Writes `complete.json`, the last file of a run: when it finished and the size of
+    each file the run wrote (summary, config, step files), so a later change is seen."""
+    folder = Path(out)
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    names = ["summary.json", "config.json"]
+    names += [e["steps_file"] for e in summary.get("entries", []) if "steps_file" in e]
+    files = {name: (folder / name).stat().st_size for name in names}
+    doc = {
+        "format": _RUN_FORMAT,
+        "version": 1,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "num_entries": len(summary.get("entries", [])),
+        "files": files,
+    }
+    path = folder / RUN_COMPLETE
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def run_incomplete_reason(out: str | os.PathLike[str]) -> str | None:
+    """None when the run folder is complete, else why not (one phrase)."""
+    folder = Path(out)
+    path = folder / RUN_COMPLETE
+    if not path.is_file():
+        return f"no {RUN_COMPLETE}: the run was interrupted, failed or is still running"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        files = doc["files"]
+        if doc.get("format") != _RUN_FORMAT or not isinstance(files, dict):
+            return f"{RUN_COMPLETE} is not a completion marker"
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return f"{RUN_COMPLETE} is unreadable"
+    for name, size in files.items():
+        p = folder / name
+        if not p.is_file() or p.stat().st_size != size:
+            return f"{name} changed after the run completed"
+    return None

@@ -78,6 +78,10 @@ def iter_import(
         except TraceFormatError as exc:
             yield Skipped(path, _strip_name(str(exc), path), True)
             continue
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            # Input no importer check foresaw: skip the file, say why, never a traceback.
+            yield Skipped(path, f"cannot import it ({type(exc).__name__}: {exc})", True)
+            continue
         for note in notes:
             yield Skipped(path, _strip_name(note, path), False)
         if not session.calls:

@@ -41,7 +41,8 @@ _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
 _RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>\n")
 _CD = re.compile(r"cd\s+(\S+)\s*&&\s*(.*)", re.S)
 _PATH = r"""(?P<path>'[^']+'|"[^"]+"|[^\s|;&<>'"]+)"""
-_RANGE = r"""(?P<q>['"]?)(?P<a>\d+),(?P<b>\d+)p(?P=q)"""
+# Line numbers have at most 9 digits: a longer one is no real file's.
+_RANGE = r"""(?P<q>['"]?)(?P<a>\d{1,9}),(?P<b>\d{1,9})p(?P=q)"""
 _READS = [
     ("full", re.compile(rf"cat\s+{_PATH}")),
     ("numbered", re.compile(rf"(?:nl\s+-ba|cat\s+-n)\s+{_PATH}")),
@@ -49,7 +50,7 @@ _READS = [
     ("range", re.compile(rf"sed\s+-n\s+{_RANGE}\s+{_PATH}")),
     ("head", re.compile(rf"head\s+(?:-n\s*(?P<n>\d+)|-(?P<n2>\d+))\s+{_PATH}")),
 ]
-_NUMBERED_LINE = re.compile(r"\s*(\d+)\t(.*)")
+_NUMBERED_LINE = re.compile(r"\s*(\d{1,9})\t(.*)")
 
 
 def import_mini_swe_agent(path: str | os.PathLike[str]) -> Session:

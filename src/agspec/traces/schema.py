@@ -42,6 +42,16 @@ class TraceFormatError(ValueError):
     """
 
 
+class HugeInt:
+    """An integer in a trace line too long for any field (more than 18 digits), kept as
+    its text by the reader so that the schema check names the field it was in."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class UnsupportedLayoutError(TraceFormatError):
     """A recognisable trace in a layout the importer does not read (e.g. an older ChatDev)."""
 
@@ -172,13 +182,16 @@ class Call:
         for i, a in enumerate(_need(d, "artifacts", list, where)):
             aw = f"{where}.artifacts[{i}]"
             _need_dict(a, aw)
-            artifacts.append(
-                Artifact(
-                    _need(a, "path", str, aw),
-                    _need(a, "text", str, aw),
-                    _need(a, "complete", bool, aw),
+            path = _need(a, "path", str, aw)
+            if not path:
+                raise TraceFormatError(f"{aw}.path: empty; an artifact is a file by its path")
+            text = _need(a, "text", str, aw)
+            nul = text.find("\x00")
+            if nul >= 0:
+                raise TraceFormatError(
+                    f"{aw}.text: NUL character at offset {nul}: artifacts are text files"
                 )
-            )
+            artifacts.append(Artifact(path, text, _need(a, "complete", bool, aw)))
         return cls(agent, role, turn, messages, output, artifacts, fmt, phase)
 
 
@@ -240,8 +253,11 @@ class Session:
             calls.append(
                 Call.from_dict(c, f"{where}.calls[{i}]", calls[-1].messages if calls else [])
             )
+        session_id = _need(d, "session_id", str, where)
+        if not session_id:
+            raise TraceFormatError(f"{where}.session_id: empty; a session needs an id")
         return cls(
-            session_id=_need(d, "session_id", str, where),
+            session_id=session_id,
             source=_need(d, "source", str, where),
             model=_need(d, "model", str, where),
             task_id=_need(d, "task_id", str, where),
@@ -272,6 +288,8 @@ _TYPE_NAMES = {str: "string", int: "integer", bool: "boolean", list: "array", di
 
 
 def _json_type(v: Any) -> str:
+    if isinstance(v, HugeInt):
+        return f"an integer of {len(v.text.lstrip('-'))} digits (too large)"
     if v is None:
         return "null"
     if isinstance(v, bool):

@@ -36,8 +36,9 @@ from agspec.traces.schema import Call, EmissionFormat, Message, Session, TraceFo
 __all__ = ["import_swe_agent", "parse_swe_agent", "shorten_history"]
 
 SOURCE = "swe-agent"
-_WINDOW_HEADER = re.compile(r"^\[File: (.+?) \((\d+) lines total\)\]$", re.M)
-_NUMBERED = re.compile(r"(\d+):(.*)")
+# Line numbers have at most 9 digits: a longer one is not SWE-agent's (nor a real file's).
+_WINDOW_HEADER = re.compile(r"^\[File: (.+?) \((\d{1,9}) lines total\)\]$", re.M)
+_NUMBERED = re.compile(r"(\d{1,9}):(.*)")
 _MORE_LINES = re.compile(r"\(\d+ more lines (above|below)\)")
 _HYPOTHETICAL = "This is how your edit would have looked if applied"
 _ORIGINAL = "This is the original code before your edit"
@@ -76,6 +77,11 @@ def parse_swe_agent(
         if role not in ("system", "user", "assistant"):
             raise TraceFormatError(f"{where}.role: {role!r} is not system, user or assistant")
         need(h, "content", str, where)
+        if "agent" in h and not isinstance(h["agent"], str):
+            raise TraceFormatError(
+                f"{where}.agent: expected a string (the agent's name), "
+                f"got {type(h['agent']).__name__}"
+            )
         entries.append(h)
     agents = {e.get("agent", "primary") for e in entries}
     agent = "primary" if "primary" in agents or not agents else sorted(map(str, agents))[0]

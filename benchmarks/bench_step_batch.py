@@ -1,0 +1,168 @@
+"""Drafting cost per request-step when an engine steps many requests at once.
+
+Replays B real calls of the dev traces in lockstep (greedy: a draft is accepted up to
+the first token that differs from the recorded output), with every corpus on (session,
+workspace, history, a 10M-token global corpus), and times only the drafter: either
+`step_batch` (one native call moves every request's corpora, one reads every match) or
+the same work as `accept` + `propose` per request. Prints µs per request-step for each
+batch size, side by side in one run.
+
+    python benchmarks/bench_step_batch.py --batch-sizes 1 8 64 --global-tokens 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agspec import drafter as drafter_mod
+from agspec.corpora import GlobalCorpus
+from agspec.costmodel import get_cost_model
+from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.tokenizers import get_tokenizer
+from agspec.traces import import_traces, render_call
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
+
+
+def load_sessions(source: str, tok, num_sessions: int):
+    """(session id, [(call, prompt, output)]) for the first sessions; the rest for global."""
+    sessions, _ = import_traces(source, [TRACES / DIRS[source]])
+    out = []
+    for s in sessions[:num_sessions]:
+        calls = []
+        for c in s.calls:
+            prompt, o = render_call(c, tok)
+            if o:
+                calls.append((c, prompt, o))
+        if calls:
+            out.append((s.session_id, calls))
+    return out, sessions[num_sessions:]
+
+
+def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool) -> dict:
+    """B slots, each replaying one session's calls in order (a new session, under a fresh
+    id, as soon as one ends), stepped in lockstep until `sessions` are used up."""
+    total_ns = steps = tokens = 0
+    queue = [(f"{sid}#{k}", calls) for k in range(3) for sid, calls in sessions]
+    queue = queue[: max(len(sessions), 2 * batch)]
+    queue.reverse()
+    slots: list[list] = []  # [call drafter, output, position, committed, session id, rest]
+
+    def start_call(slot_calls, sid):
+        c, prompt, out = slot_calls[0]
+        sess = server.session(sid, emission_format=c.emission_format)
+        for a in c.artifacts:
+            if a.text:
+                sess.open_artifact(a.path, a.text)
+        d = sess.call(c.agent, c.role, c.turn)
+        d.begin(prompt)
+        return [d, out, 0, None, sid, slot_calls[1:]]
+
+    while queue and len(slots) < batch:
+        sid, calls = queue.pop()
+        slots.append(start_call(calls, sid))
+    while slots:
+        t0 = time.perf_counter_ns()
+        if batched:
+            drafts = drafter_mod.step_batch([x[0] for x in slots], [x[3] for x in slots], max_draft)
+        else:
+            drafts = []
+            for x in slots:
+                if x[3]:
+                    x[0].accept(x[3])
+                drafts.append(x[0].propose(max_draft))
+        total_ns += time.perf_counter_ns() - t0
+        steps += len(slots)
+        nxt = []
+        for x, draft in zip(slots, drafts):
+            d, out, pos = x[0], x[1], x[2]
+            rest = out[pos:]
+            a = 0
+            while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
+                a += 1
+            commit = rest[: a + 1]
+            tokens += len(commit)
+            x[2], x[3] = pos + len(commit), commit
+            if x[2] < len(out):
+                nxt.append(x)
+                continue
+            t0 = time.perf_counter_ns()
+            d.accept(commit)
+            d.end()
+            total_ns += time.perf_counter_ns() - t0
+            if x[5]:  # the session's next call (prompt ingestion is not timed)
+                nxt.append(start_call(x[5], x[4]))
+            else:
+                server.end_session(x[4])
+                if queue:
+                    sid, calls = queue.pop()
+                    nxt.append(start_call(calls, sid))
+        slots = nxt
+    return {
+        "us_per_request_step": total_ns / 1e3 / max(1, steps),
+        "request_steps": steps,
+        "tokens_per_step": tokens / max(1, steps),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", choices=sorted(DIRS), default="swe-agent")
+    ap.add_argument("--sessions", type=int, default=40)
+    ap.add_argument("--global-tokens", type=int, default=10_000_000)
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--variant", default="agspec-cost-plus")
+    ap.add_argument("--max-draft", type=int, default=16)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    tok = get_tokenizer("qwen2.5")
+    sessions, rest = load_sessions(args.source, tok, args.sessions)
+    docs, n = [], 0
+    while n < args.global_tokens and rest:
+        for s in rest:
+            for c in s.calls:
+                p, o = render_call(c, tok)
+                docs.append(np.asarray(p + o, dtype=np.int32))
+                n += docs[-1].size
+                if n >= args.global_tokens:
+                    break
+            if n >= args.global_tokens:
+                break
+    g = GlobalCorpus.build(docs)
+    cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
+    has_batch = hasattr(drafter_mod, "step_batch")
+    print(
+        f"{len(sessions)} sessions, global corpus {g.num_tokens:,} tokens, variant {args.variant}"
+    )
+    print(f"{'B':>4} {'mode':>10} {'µs/request-step':>16} {'tokens/step':>12} {'steps':>8}")
+    results = []
+    for b in args.batch_sizes:
+        for batched in (False, True) if has_batch else (False,):
+            server = AgSpecServer(
+                tokenizer=tok,
+                global_corpus=g,
+                config=VARIANTS[args.variant],
+                cost_model=cm,
+                batch_size=b,
+            )
+            r = run(server, sessions, b, args.max_draft, batched)
+            r |= {"batch_size": b, "mode": "step_batch" if batched else "per-call"}
+            results.append(r)
+            print(
+                f"{b:>4} {r['mode']:>10} {r['us_per_request_step']:>16.2f} "
+                f"{r['tokens_per_step']:>12.3f} {r['request_steps']:>8}"
+            )
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

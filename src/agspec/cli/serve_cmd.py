@@ -1,0 +1,197 @@
+"""`agspec serve`: an OpenAI-compatible server with AgSpec drafting (docs/serve.md).
+
+    agspec serve [--model NAME|PATH.gguf] [--host 127.0.0.1] [--port 8000] [--threads N]
+                 [--n-ctx N] [--drafter agspec|none|<any registered drafter>]
+                 [--cost-profile FILE] [--state-dir DIR] [--record FILE.jsonl]
+
+Needs the `serve` extra (`pip install 'agspec[serve]'`) and llama-cpp-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve", help="OpenAI-compatible server (llama.cpp) with AgSpec drafting"
+    )
+    p.add_argument(
+        "--model",
+        default="qwen2.5-coder-0.5b-instruct",
+        help="pinned model name (agspec models list) or a .gguf path "
+        "(default qwen2.5-coder-0.5b-instruct)",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=min(os.cpu_count() or 1, 4),
+        help="llama.cpp threads, for decoding and prompt batches (default: min(cores, 4))",
+    )
+    p.add_argument("--n-ctx", type=int, default=8192, help="context length (default 8192)")
+    p.add_argument(
+        "--drafter",
+        default="agspec",
+        help="agspec (agspec-cost: cost-aware lengths, the CPU default), none "
+        "(plain decoding), an AgSpec variant (agspec-cost-plus, agspec-gated, "
+        "...) or a baseline of the replay lab (pld-hf, suffix-64, ...)",
+    )
+    p.add_argument(
+        "--cost-profile",
+        default=None,
+        help="cost profile from `agspec costmodel measure`; without one a short "
+        "profile is measured at start-up and cached per model, CPU and "
+        "thread count",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="folder for what the drafter learns (scales.json, curves.json), "
+        "loaded at start and saved at every session end and at shutdown",
+    )
+    p.add_argument(
+        "--record",
+        default=None,
+        metavar="FILE.jsonl",
+        help="write every served call as an AgSpec trace (+ FILE.live.jsonl)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=32,
+        help="requests that may wait for the decoder; past it: 503 (default 32)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a request may take, waiting included (default 600)",
+    )
+    p.add_argument(
+        "--session-ttl",
+        type=float,
+        default=3600.0,
+        help="seconds an idle session is kept (default 3600)",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=256,
+        help="live sessions kept; the least recently used go first (default 256)",
+    )
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        default=16,
+        help="the most draft tokens per step (default 16)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="seconds Ctrl-C / SIGTERM waits for requests in flight (default 30)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    p.set_defaults(func=_serve)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    for name in ("threads", "n_ctx", "max_queue", "max_sessions", "num_draft_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("request_timeout", "session_ttl", "drain_timeout"):
+        if not getattr(args, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    _check(args)
+    try:
+        import uvicorn
+
+        from agspec.serve.app import create_app
+        from agspec.serve.engine import Engine, EngineConfig
+    except ImportError as exc:
+        raise ValueError(
+            f"agspec serve needs the serve extra ({exc}): pip install 'agspec[serve]'"
+        ) from None
+
+    def progress(msg: str) -> None:
+        print(f"agspec serve: {msg}", file=sys.stderr, flush=True)
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    engine = Engine(
+        EngineConfig(
+            model=args.model,
+            threads=args.threads,
+            n_ctx=args.n_ctx,
+            drafter=args.drafter,
+            cost_profile=args.cost_profile,
+            state_dir=args.state_dir,
+            record=args.record,
+            max_queue=args.max_queue,
+            request_timeout_s=args.request_timeout,
+            session_ttl_s=args.session_ttl,
+            max_sessions=args.max_sessions,
+            num_draft_tokens=args.num_draft_tokens,
+        ),
+        progress=progress,
+    )
+    app = create_app(engine, drain_timeout_s=args.drain_timeout)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=int(max(1, args.drain_timeout)),
+        access_log=False,
+    )
+    server = _Server(config)
+    progress(
+        f"model {engine.model_name}, drafter {args.drafter}; serving on "
+        f"http://{args.host}:{args.port}/v1"
+    )
+    server.run()
+    progress("stopped; state saved" if args.state_dir else "stopped")
+    return 0
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        """uvicorn's server, but Ctrl-C / SIGTERM end with exit status 0 after the drain
+        (uvicorn re-raises the signal once it has shut down)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            sigs = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in sigs}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def _Server(config: Any) -> Any:  # noqa: N802 - reads like the class it makes
+    return _server_class()(config)
