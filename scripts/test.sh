@@ -23,6 +23,9 @@ if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
     for m in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct; do
         $PY -m agspec models fetch "$m" || echo "warning: could not fetch $m; its tests will skip" >&2
     done
+    # mini-swe-agent in its own venv for tests/test_serve_agent.py (a second or so when cached).
+    bash scripts/install_agent.sh "$PY" >/dev/null \
+        || echo "warning: could not install mini-swe-agent; its test will skip" >&2
 fi
 
 # The C++ tests: the differential test against brute force and the threads scenario
