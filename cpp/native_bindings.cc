@@ -161,6 +161,12 @@ NB_MODULE(_native, m) {
           },
           nb::arg("max_match_tokens"));
 
+  nb::enum_<agspec::ContinuationRule>(m, "ContinuationRule")
+      .value("frequent", agspec::ContinuationRule::kFrequent)
+      .value("first", agspec::ContinuationRule::kFirst)
+      .value("recent", agspec::ContinuationRule::kRecent)
+      .value("vote", agspec::ContinuationRule::kVote);
+
   nb::class_<MatchCursor>(m, "MatchCursor")
       .def(
           "extend",
@@ -262,7 +268,7 @@ NB_MODULE(_native, m) {
   m.def(
       "continuation_batch",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
-         const std::vector<int64_t>& max_tokens, const std::vector<int>& rules,
+         const std::vector<int64_t>& max_tokens, const std::vector<agspec::ContinuationRule>& rules,
          size_t max_occurrences) {
         if (slots.size() != sets.size() || max_tokens.size() != sets.size() ||
             rules.size() != sets.size()) {

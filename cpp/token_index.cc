@@ -679,15 +679,24 @@ std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   return out;
 }
 
-std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule, size_t max_occurrences) {
+std::vector<Token> MatchCursor::continuation(size_t max_tokens, ContinuationRule rule,
+                                             size_t max_occurrences) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);
   sync(*idx);
   if (len_ == 0 || max_tokens == 0) return {};
-  if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);
-  if (rule == 2) return idx->tokens_after(idx->last_position(state_), max_tokens);
-  if (rule == 3) return vote(*idx, max_tokens, max_occurrences);
-  if (rule != 0) throw ArgumentError("unknown continuation rule");
+  switch (rule) {
+    case ContinuationRule::kFirst:
+      return idx->tokens_after(idx->first_position(state_), max_tokens);
+    case ContinuationRule::kRecent:
+      return idx->tokens_after(idx->last_position(state_), max_tokens);
+    case ContinuationRule::kVote:
+      return vote(*idx, max_tokens, max_occurrences);
+    case ContinuationRule::kFrequent:
+      break;
+    default:
+      throw ArgumentError("unknown continuation rule");
+  }
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
   // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
   struct Group {

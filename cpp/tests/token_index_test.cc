@@ -80,8 +80,8 @@ int main() {
           return fail("occurrence order", round);
         }
       }
-      (void)cur.continuation(8, 0, 32);
-      (void)cur.continuation(8, 1, 32);
+      (void)cur.continuation(8, agspec::ContinuationRule::kFrequent, 32);
+      (void)cur.continuation(8, agspec::ContinuationRule::kFirst, 32);
     }
     idx->verify();  // every index the API builds passes the checks load makes
     if (round % 10 == 0) {
