@@ -81,7 +81,8 @@ void TokenIndex::enter_write() {
     }
     if (access_.compare_exchange_weak(seen, seen | kWriting, std::memory_order_acquire)) break;
   }
-  if (!wait_until(deadline, [this] { return access_.load(std::memory_order_acquire) == kWriting; })) {
+  auto readers_gone = [this] { return access_.load(std::memory_order_acquire) == kWriting; };
+  if (!wait_until(deadline, readers_gone)) {
     access_.fetch_sub(kWriting, std::memory_order_release);
     throw StateError("the index is being read by another thread (a save or a query)");
   }

@@ -37,7 +37,7 @@ from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 NEAR_TIE_LOGITS = 0.5  # as the adapter's live tests: SmolLM2 Q4_1 flips at gaps up to ~0.2
-NUM_PROMPTS = 22
+NUM_PROMPTS = 20
 MAX_TOKENS = 16
 TRACES = Path(__file__).resolve().parent.parent / "src" / "agspec" / "data" / "traces"
 COST_PROFILE = (
@@ -96,8 +96,8 @@ def agent_messages(count: int) -> list[list[dict[str, str]]]:
             system = next((m.content for m in call.messages if m.role == "system"), "")
             user = [m.content for m in call.messages if m.role == "user"][-1]
             out.append([
-                {"role": "system", "content": system[:200]},
-                {"role": "user", "content": user[-300:]},
+                {"role": "system", "content": system[:160]},
+                {"role": "user", "content": user[-240:]},
             ])  # fmt: skip
     step = max(1, len(out) // count)
     return out[::step][:count]

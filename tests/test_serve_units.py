@@ -168,3 +168,31 @@ def test_qwen_template_renders_tools_and_tool_messages() -> None:
                        bos_token="")  # fmt: skip
     with pytest.raises(APIError, match="roles must alternate"):
         bad.render(req.messages)
+
+
+def test_fast_sampling_picks_the_full_sort_token() -> None:
+    """`Sampling.sample` sorts only the likeliest tokens; for the same draw it must pick
+    the token of the full sort, whatever the logits (peaked, flat, with ties)."""
+    import random
+
+    import numpy as np
+
+    from agspec.adapters.llama_cpp import Sampling
+
+    gen = np.random.default_rng(3)
+    grid = [(t, k, p) for t in (0.5, 1.0, 1.7) for k in (0, 1, 40, 300) for p in (1.0, 0.9, 0.3)]
+    settings_ = [Sampling(temperature=t, top_k=k, top_p=p) for t, k, p in grid]
+    checked = 0
+    for trial in range(30):
+        n = int(gen.choice([50, 3000, 40_000]))
+        z = gen.normal(0, float(gen.choice([0.5, 2.0, 4.0])), n).astype(np.float32)
+        if trial % 3 == 0:
+            z[gen.integers(0, n, 20)] += 12  # peaked, as a language model's logits are
+        if trial % 4 == 0:
+            z = np.round(z)  # many exact ties
+        for s in settings_:
+            seed = int(gen.integers(0, 2**31))
+            u = random.Random(seed).random()
+            assert s.sample(z, random.Random(seed)) == s.sample_full_sort(z, u), (trial, s)
+            checked += 1
+    assert checked == 30 * len(settings_)

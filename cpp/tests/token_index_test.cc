@@ -83,6 +83,7 @@ int main() {
       (void)cur.continuation(8, 0, 32);
       (void)cur.continuation(8, 1, 32);
     }
+    idx->verify();  // every index the API builds passes the checks load makes
     if (round % 10 == 0) {
       const std::string path = "token_index_test.tmp";
       idx->save(path);

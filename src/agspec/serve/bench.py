@@ -50,12 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         with ServerProcess(cmd) as srv:
             client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
             for sid, call in calls:
-                messages = [{"role": m.role, "content": m.content} for m in call.messages]
+                messages: Any = [{"role": m.role, "content": m.content} for m in call.messages]
                 r = client.chat.completions.create(
                     model=args.model, messages=messages, max_tokens=args.max_tokens,
                     temperature=0, extra_headers={"X-AgSpec-Return-Ids": "1"},
                 )  # fmt: skip
-                info = r.model_extra["agspec"]
+                info: dict[str, Any] = (r.model_extra or {})["agspec"]
+                assert r.usage is not None
                 rows.append({
                     "session": sid, "role": call.role, "agent": call.agent,
                     "tokens": r.usage.completion_tokens, "decode_ms": info["decode_ms"],

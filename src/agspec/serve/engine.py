@@ -368,7 +368,12 @@ class Engine:
                 time.sleep(0.05)
             if not self._queue.empty() or self.running:
                 self._abort.set()
-            self._queue.put(None)
+            while self._thread.is_alive():  # the queue may be full: wait for room
+                try:
+                    self._queue.put(None, timeout=0.5)
+                    break
+                except queue.Full:
+                    self._abort.set()
             self._thread.join(timeout=max(1.0, deadline - time.monotonic() + 5.0))
             self._thread = None
         self._end_all_sessions()

@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from agspec.corpora import GlobalCorpus
-from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer
+from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer, step_batch
+from agspec.tokenizers import TOKENIZER_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,9 @@ class ProposerOptions:
     variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
     `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
     `agspec-cost-profile` JSON (needed by the `agspec-cost*` variants); tokenizer: a
-    tokenizer.json (default: the served model's); stats_path: a JSON file the proposer
-    rewrites (atomically) whenever a request finishes, with its counters.
+    tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
+    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
+    a request finishes, with its counters.
     """
 
     variant: str = "agspec"
@@ -91,6 +93,8 @@ class ProposerOptions:
             )
         for name in ("global_corpus", "cost_profile", "tokenizer"):
             path = getattr(self, name)
+            if name == "tokenizer" and path in TOKENIZER_NAMES:
+                continue
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"AgSpec option {name}: no file at {path}")
         if VARIANTS[self.variant].length_mode == "cost" and self.cost_profile is None:
@@ -199,6 +203,7 @@ class AgSpecProposer:
                 "accepted_tokens",
                 "resyncs",
                 "propose_s",
+                "begin_s",
                 "update_s",
             ),
             0,
@@ -206,6 +211,7 @@ class AgSpecProposer:
         # Per-session counters of the most recent sessions (bounded: stats only).
         self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stats_lock = threading.Lock()
+        self.tp_rank = _tp_rank()
         _install_runner_hook()
         log.info(
             "AgSpec proposer: variant %s, k=%d, global corpus %s (%d tokens, loaded in %.2f s)",
@@ -238,47 +244,60 @@ class AgSpecProposer:
         req_ids = runner.input_batch.req_ids
         k = self.num_speculative_tokens
         limit = self.max_model_len - 1
-        out: list[list[int]] = []
-        steps = drafted = accepted = 0
+        rows = len(sampled_token_ids)
+        counts = num_tokens_no_spec[:rows]
+        counts = counts.tolist() if hasattr(counts, "tolist") else list(counts)
+        active = self._active
+        calls: list[AgSpecCall] = []
+        fed: list[list[int]] = []
+        caps: list[int] = []
+        slots: list[tuple[int, _Request]] = []
+        accepted = 0
         for i, sampled in enumerate(sampled_token_ids):
             if not sampled:  # partial prefill: nothing committed yet
-                out.append([])
                 continue
             rid = req_ids[i]
-            st = self._active.get(rid)
-            n = int(num_tokens_no_spec[i])
-            if st is None:
-                st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
-                call = st.call
-                assert call is not None
-                call.accept(sampled[-1:])
-            else:
-                call = st.call
-                assert call is not None
+            st = active.get(rid)
+            n = counts[i]
+            feed = sampled
+            if st is not None:
                 last = st.last_draft
-                if len(sampled) > len(last) + 1 or sampled[:-1] != last[: len(sampled) - 1]:
-                    # Not what this call proposed (vLLM scheduled another draft): start over.
+                m = len(sampled)
+                if m > len(last) + 1 or (m > 1 and sampled[:-1] != last[: m - 1]):
+                    # Not a prefix of this call's draft plus one token (vLLM verified
+                    # another draft): the call starts over from the token table.
                     self._counters["resyncs"] += 1
                     self._suspend(rid, st)
-                    st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
-                    call = st.call
-                    assert call is not None
-                    call.accept(sampled[-1:])
+                    st = None
                 else:
-                    accepted += len(sampled) - 1
-                    call.accept(sampled)
+                    accepted += m - 1
+            if st is None:
+                st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
+                feed = sampled[-1:]
             st.output.extend(sampled)
-            steps += 1
             room = limit - n
-            draft = call.propose(k if room >= k else max(room, 0)) if room > 0 else []
+            calls.append(st.call)  # type: ignore[arg-type]
+            fed.append(feed)
+            caps.append(k if room >= k else max(room, 0))
+            slots.append((i, st))
+        # One pass for the batch: every call's corpora fed in one native call, every
+        # match read in another, then each draft planned and copied (agspec.drafter).
+        drafts = step_batch(calls, fed, caps) if calls else []
+        out: list[list[int]] = [[] for _ in range(rows)]
+        drafted = ndrafts = 0
+        for (i, st), draft in zip(slots, drafts):
             st.last_draft = draft
-            drafted += len(draft)
-            out.append(draft)
+            out[i] = draft
+            if draft:
+                ndrafts += 1
+                drafted += len(draft)
+        steps = len(slots)
+        drafts_count = ndrafts
         c = self._counters
         c["request_steps"] += steps
         c["draft_tokens"] += drafted
         c["accepted_tokens"] += accepted
-        c["drafts"] += sum(1 for d in out if d)
+        c["drafts"] += drafts_count
         c["propose_s"] += time.perf_counter() - t0
         return out
 
@@ -306,6 +325,7 @@ class AgSpecProposer:
         self._counters["update_s"] += time.perf_counter() - t0
 
     def _begin(self, rid: str, runner: Any, context: list[int]) -> _Request:
+        t0 = time.perf_counter()
         st = self._reqs.get(rid)
         if st is None:
             st = self._new_request(rid, runner, context)
@@ -342,6 +362,7 @@ class AgSpecProposer:
         st.last_draft = []
         self._active[rid] = st
         self._counters["calls_begun"] += 1
+        self._counters["begin_s"] += time.perf_counter() - t0
         return st
 
     def _new_request(self, rid: str, runner: Any, context: list[int]) -> _Request:
@@ -396,7 +417,9 @@ class AgSpecProposer:
         if st.resolution is not None:
             self.resolver.record_tokens(st.resolution, st.prompt, st.output)
         self._counters["requests_finished"] += 1
-        if self.options.stats_path:
+        if self.options.stats_path and self.tp_rank == 0:
+            # Every tensor-parallel rank of the last pipeline stage runs a proposer on the
+            # same inputs; vLLM takes rank 0's drafts, and rank 0 writes the counters.
             self.write_stats(self.options.stats_path)
 
     # -- counters ----------------------------------------------------------------------
@@ -407,6 +430,9 @@ class AgSpecProposer:
         return {
             **c,
             "us_per_request_step": 1e6 * (c["propose_s"] + c["update_s"]) / steps,
+            "us_per_request_step_without_begins": 1e6
+            * (c["propose_s"] + c["update_s"] - c["begin_s"])
+            / steps,
             "open_calls": len(self._active),
             "live_requests": len(self._reqs),
             "server_sessions": len(self.server._sessions),
@@ -428,6 +454,7 @@ class AgSpecProposer:
             },
             "variant": self.options.variant,
             "pid": os.getpid(),
+            "tp_rank": self.tp_rank,
         }
 
     def write_stats(self, path: str | os.PathLike[str]) -> None:
@@ -437,6 +464,15 @@ class AgSpecProposer:
         with self._stats_lock:
             tmp.write_text(json.dumps(self.stats(), indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, target)
+
+
+def _tp_rank() -> int:
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:  # not initialised (a harness outside vLLM's workers)
+        return 0
 
 
 def _model_tokenizer(vllm_config: Any) -> str:

