@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from agspec.replay.run import load_sessions
     from agspec.tokenizers import get_tokenizer
 
+    torch.set_num_threads(1)  # the thread clock counts this thread only
     sessions = load_sessions([a.trace], get_tokenizer("qwen2.5"), limit_sessions=a.sessions)
     hf = PromptLookupCandidateGenerator(num_output_tokens=10, max_matching_ngram_size=2)
     clock = time.thread_time_ns  # CPU time, as the replay lab measures drafting

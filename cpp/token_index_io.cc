@@ -140,8 +140,8 @@ void TokenIndex::save(const std::string& path) const {
   // A name no other save uses (another thread's, or another process's), created with
   // O_EXCL; the rename below replaces path atomically.
   static std::atomic<uint64_t> num_saves{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(num_saves.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(num_saves.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   FILE* f = fd == -1 ? nullptr : ::fdopen(fd, "wb");
   if (!f) {
@@ -250,7 +250,6 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   idx->frozen_ = true;
   return idx;
 }
-
 
 void TokenIndex::verify() const {
   Reading guard(*this);

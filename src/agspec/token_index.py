@@ -31,7 +31,13 @@ IndexFormatError = _native.IndexFormatError
 IndexStateError = _native.IndexStateError
 
 ContinuationRule = Literal["frequent", "first", "recent", "vote"]
-_RULES = {"frequent": 0, "first": 1, "recent": 2, "vote": 3}
+# The native rule enum by name (the binding's `ContinuationRule`; docs/index.md).
+_RULES: dict[str, _native.ContinuationRule] = {
+    "frequent": _native.ContinuationRule.frequent,
+    "first": _native.ContinuationRule.first,
+    "recent": _native.ContinuationRule.recent,
+    "vote": _native.ContinuationRule.vote,
+}
 _INT32_MAX = 2**31 - 1
 
 
