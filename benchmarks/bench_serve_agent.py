@@ -190,8 +190,7 @@ def server_command(
         ]
         if args.cost_profile:
             cmd += ["--cost-profile", args.cost_profile]
-        if args.state_dir:
-            cmd += ["--state-dir", args.state_dir]
+        cmd += ["--state-dir", args.state_dir or str(run_dir / f"{name}.state")]
         return cmd
     if name in ("llama-cpp", "llama-cpp-pld"):
         # llama_cpp.server takes its ModelSettings fields as --field_name flags.
@@ -329,6 +328,14 @@ def agent_command(
         f"{kw}.temperature=0.0",
         "-c",
         f"{kw}.max_tokens={args.max_tokens}",
+        # llama_cpp.server's default repeat_penalty is 1.1, which is not greedy decoding
+        # (and penalizes exactly the copying a drafter speeds up); litellm passes
+        # extra_body through unchanged.
+        *(
+            ["-c", f'{kw}.extra_body={{"repeat_penalty": {args.repeat_penalty}}}']
+            if args.repeat_penalty is not None
+            else []
+        ),
         "-c",
         f"environment.cwd={cwd}",
         "-c",
@@ -397,6 +404,7 @@ def call_records(exchanges: Sequence[Exchange]) -> list[dict[str, Any]]:
                 "role": infer_role(actions[0]) if len(actions) == 1 else "other",
                 # mini-swe-agent runs an output only with exactly one action block.
                 "n_actions": len(actions),
+                "first_action_role": infer_role(actions[0]) if actions else "other",
                 "prompt_tokens": int(usage.get("prompt_tokens") or 0),
                 "completion_tokens": ntok,
                 "wall_s": wall_s,
@@ -404,6 +412,7 @@ def call_records(exchanges: Sequence[Exchange]) -> list[dict[str, Any]]:
                 "finish_reason": choice.get("finish_reason"),
                 "content": content,
                 "messages": req.get("messages"),
+                "params": {k: v for k, v in req.items() if k != "messages"},
             }
         )
     return calls
@@ -526,6 +535,57 @@ def matched_calls(
     return out
 
 
+def attach_live_steps(results: list[dict[str, Any]], run_dir: Path) -> None:
+    """Add `agspec serve --record`'s per-call live statistics (prefill and decode ms,
+    drafted / accepted tokens) to each call of the agspec servers' sessions.
+
+    The server writes one session per start (task-major order restarts it per task), in
+    the order the tasks ran; a session is matched to the proxy's calls only when the call
+    counts agree, else left without (and said so)."""
+    for name in ("agspec", "agspec-none"):
+        path = run_dir / f"{name}.record.live.jsonl"
+        mine = [r for r in results if r["server"] == name]
+        if not mine or not path.is_file():
+            continue
+        live = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if len(live) != len(mine):
+            print(f"note: {path.name} holds {len(live)} sessions for {len(mine)} tasks; "
+                  "live statistics not attached")  # fmt: skip
+            continue
+        for r, rec in zip(mine, live):
+            if len(rec["calls"]) != len(r["calls"]):
+                print(f"note: {name}/{r['task']}: {len(rec['calls'])} recorded calls for "
+                      f"{len(r['calls'])} served; live statistics not attached")  # fmt: skip
+                continue
+            for c, lc in zip(r["calls"], rec["calls"]):
+                steps = lc["steps"]
+                c["live"] = {
+                    "prefill_ms": lc["prefill_ms"],
+                    "total_ms": lc["total_ms"],
+                    "reused_prompt_tokens": lc["reused_prompt_tokens"],
+                    "steps": len(steps),
+                    "drafted": sum(st[0] for st in steps),
+                    "accepted": sum(st[1] for st in steps),
+                    "committed": sum(st[2] for st in steps),
+                }
+
+
+def decode_speed(calls: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Committed tokens per second of decoding (prefill excluded), from live statistics."""
+    live = [c["live"] for c in calls if "live" in c]
+    if not live or len(live) != len(calls):
+        return None
+    ms = sum(x["total_ms"] - x["prefill_ms"] for x in live)
+    committed = sum(x["committed"] for x in live)
+    steps = sum(x["steps"] for x in live)
+    return {"committed_tokens": committed, "decode_s": ms / 1000,
+            "tokens_per_s": committed / (ms / 1000) if ms > 0 else 0.0,
+            "prefill_s": sum(x["prefill_ms"] for x in live) / 1000,
+            "tokens_per_step": committed / steps if steps else 0.0,
+            "drafted": sum(x["drafted"] for x in live),
+            "accepted": sum(x["accepted"] for x in live)}  # fmt: skip
+
+
 def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     from agspec.tokenizers import get_tokenizer
 
@@ -544,6 +604,10 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
             "session_wall_s": sum(r["wall_s"] for r in sess),
             "all": speed(calls),
             "per_role": {role: speed([c for c in calls if c["role"] == role]) for role in roles},
+            "decode": decode_speed(calls),
+            "decode_per_role": {
+                role: decode_speed([c for c in calls if c["role"] == role]) for role in roles
+            },
         }
     complete = {t: s for t, s in by_task.items() if all(n in s for n in names)}
     # Matched calls: the prefix of each task where every server saw the same request and
@@ -570,6 +634,44 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
         }
     summary["reference"] = ref
     return summary
+
+
+def add_logit_gaps(summary: dict[str, Any], results: list[dict[str, Any]], model: Path,
+                   threads: int, n_ctx: int) -> None:  # fmt: skip
+    """For each first difference that is an output (same request, different text), the
+    one-token logit gap |logit(a) - logit(b)| of the two tokens at the first differing
+    position, by plain one-token decoding: a near-tie flip has a small gap.
+
+    The prompt is the model's chat template over the request's messages, and the two
+    outputs are re-encoded from their text (the served ids are not in the exchange)."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_live_llama_cpp import logit_gap
+
+    llm = Llama(model_path=str(model), n_ctx=n_ctx, n_threads=threads,
+                n_threads_batch=threads, verbose=False)  # fmt: skip
+    eos = llm._model.token_get_text(llm.token_eos())
+    fmt = Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"],
+                              eos_token=eos, bos_token="")  # fmt: skip
+    ref = summary["reference"]
+    by = {(r["server"], r["task"]): r for r in results}
+    for name, per_task in summary["differences"].items():
+        for task, d in per_task.items():
+            if not d or d["kind"] != "output":
+                continue
+            ca, cb = by[(ref, task)]["calls"][d["call"]], by[(name, task)]["calls"][d["call"]]
+            prompt_text = fmt(messages=ca["messages"]).prompt
+            prompt = llm.tokenize(prompt_text.encode(), add_bos=False, special=True)
+            ta = llm.tokenize(ca["content"].encode(), add_bos=False, special=False)
+            tb = llm.tokenize(cb["content"].encode(), add_bos=False, special=False)
+            k = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), None)
+            if k is None:
+                continue
+            d["logit_gap"] = logit_gap(llm, prompt, ta[:k], ta[k], tb[k])
+            d["gap_at_token"] = k
+    llm.close()
 
 
 def ratio(a: float, b: float) -> str:
@@ -618,6 +720,15 @@ def print_report(
                 x, b = s["per_role"].get(role), base["per_role"].get(role)
                 cells.append(speed_cell(x, b) if x else "-")
             print(f"| {n} | " + " | ".join(cells) + " |")
+    dec = {n: summary["servers"][n].get("decode") for n in names}
+    if any(dec.values()):
+        print("\ndecoding only (prefill excluded; agspec serve --record live statistics)")
+        print("| server | tok/s | tokens/step | drafted | accepted | prefill s |")
+        print("|---|---|---|---|---|---|")
+        for n, d in dec.items():
+            if d:
+                print(f"| {n} | {d['tokens_per_s']:.1f} | {d['tokens_per_step']:.2f} | "
+                      f"{d['drafted']} | {d['accepted']} | {d['prefill_s']:.1f} |")  # fmt: skip
     print(
         "\nsuccess: "
         + ", ".join(
@@ -634,7 +745,7 @@ def print_report(
 # ---------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="all", help="comma-separated bundled task names, or all")
     ap.add_argument("--max-tasks", type=int, default=0, help="at most N tasks (0: no limit)")
@@ -644,6 +755,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--step-limit", type=int, default=6, help="agent steps (model calls) per task")
     ap.add_argument("--max-tokens", type=int, default=384, help="max_tokens of every call")
+    ap.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=1.0,
+        help="sent with every call (llama_cpp.server's own default is 1.1)",
+    )
     ap.add_argument(
         "--pld-num-pred-tokens",
         type=int,
@@ -657,11 +774,11 @@ def main(argv: list[str] | None = None) -> int:
         "this project's 2-core EPYC, measured on a quiet machine); '' lets the server "
         "measure (or reuse) its own",
     )
-    ap.add_argument("--state-dir", default=None, help="passed to agspec serve")
     ap.add_argument(
-        "--model-alias",
-        default="qwen2.5-coder-0.5b-instruct",
-        help="the model id llama_cpp.server reports",
+        "--state-dir", default=None, help="passed to agspec serve (default: one per server)"
+    )
+    ap.add_argument(
+        "--model-alias", default=None, help="the model id llama_cpp.server reports (file stem)"
     )
     ap.add_argument(
         "--agent-python",
@@ -675,9 +792,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-timeout-s", type=float, default=600)
     ap.add_argument("--run-dir", default=None, help="keep logs, trajectories, records here")
     ap.add_argument("--out", default=None, help="write the results JSON here")
+    ap.add_argument("--order", choices=("task-major", "server-major"), default="task-major")
     ap.add_argument("--quick", action="store_true", help="1 task, 3 steps, agspec vs agspec-none")
+    ap.add_argument(
+        "--logit-gaps",
+        action="store_true",
+        help="at each first differing output token, the one-token logit gap (loads the model)",
+    )
+    ap.add_argument("--reanalyse", default=None, help="a results JSON: print its tables again")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
+    if args.reanalyse:
+        doc = json.loads(Path(args.reanalyse).read_text())
+        names = list(doc["summary"]["servers"])
+        if args.run_dir:
+            attach_live_steps(doc["sessions"], Path(args.run_dir))
+        summary = analyse(doc["sessions"], names)
+        if args.logit_gaps:
+            add_logit_gaps(summary, doc["sessions"], Path(doc["model"]), args.threads, args.n_ctx)
+        print_report(summary, doc["sessions"], names)
+        if args.out:
+            doc["summary"] = summary
+            tmp = Path(args.out + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1))
+            tmp.replace(args.out)
+        return 0
     from agspec.models import resolve_model
     from agspec.pipeline.tasks import load_task, task_names
 
@@ -695,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks = tasks[: args.max_tasks]
     loaded = [load_task(t) for t in tasks]
     model = resolve_model(args.model)
+    args.model_alias = args.model_alias or model.stem
     if args.agent_python is None:
         out = subprocess.run(
             ["bash", str(REPO / "scripts" / "install_agent.sh")],
@@ -711,35 +856,46 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {load_start}; run dir {run_dir}", flush=True)
     proxy = RecordingProxy()
     results: list[dict[str, Any]] = []
-    startup: dict[str, float] = {}
+    startup: dict[str, list[float]] = {n: [] for n in names}
+    # task-major (the default): the servers take turns on each task, so a change in the
+    # machine's load hits all of them alike; the drafter's learned state persists across
+    # its restarts (--state-dir). server-major: one server start for all its tasks.
+    if args.order == "task-major":
+        plan = [(task, n) for task in loaded for n in names]
+    else:
+        plan = [(task, n) for n in names for task in loaded]
+    server: RunningServer | None = None
     t_all = time.perf_counter()
     try:
-        for n in names:
-            server = start_server(n, args, model, run_dir)
-            startup[n] = server.startup_s
+        for task, n in plan:
+            if server is None or server.name != n:
+                if server is not None:
+                    server.stop()
+                    server = None
+                server = start_server(n, args, model, run_dir)
+                startup[n].append(server.startup_s)
+                print(f"[{n}] ready in {server.startup_s:.1f} s on port {server.port}", flush=True)
+                proxy.upstream = ("127.0.0.1", server.port)
+            r = run_session(task, server, proxy, args, work, run_dir)
+            r["load_avg_1m"] = os.getloadavg()[0]
+            results.append(r)
+            s = speed(r["calls"])
             print(
-                f"[{n}] ready in {server.startup_s:.1f} s on port {server.port} "
-                f"(model id {server.model_id!r})",
+                f"[{n}] {task.name}: {r['wall_s']:.0f} s, {s['calls']} calls, "
+                f"{s['completion_tokens']} tok, {s['tokens_per_s']:.1f} tok/s, "
+                f"{'pass' if r['success'] else 'fail'} ({r['exit_status']}), "
+                f"load {r['load_avg_1m']:.1f}",
                 flush=True,
             )
-            proxy.upstream = ("127.0.0.1", server.port)
-            try:
-                for task in loaded:
-                    r = run_session(task, server, proxy, args, work, run_dir)
-                    results.append(r)
-                    s = speed(r["calls"])
-                    print(
-                        f"[{n}] {task.name}: {r['wall_s']:.0f} s, {s['calls']} calls, "
-                        f"{s['completion_tokens']} tok, {s['tokens_per_s']:.1f} tok/s, "
-                        f"{'pass' if r['success'] else 'fail'} ({r['exit_status']})",
-                        flush=True,
-                    )
-            finally:
-                server.stop()
     finally:
+        if server is not None:
+            server.stop()
         proxy.close()
     load_end = os.getloadavg()
+    attach_live_steps(results, run_dir)
     summary = analyse(results, names)
+    if args.logit_gaps:
+        add_logit_gaps(summary, results, model, args.threads, args.n_ctx)
     print_report(summary, results, names)
     print(
         f"\nload average at start {load_start}, at end {load_end}; "

@@ -40,7 +40,7 @@ void CursorSet::match_lengths(int32_t* out) {
   for (size_t i = 0; i < cursors_.size(); ++i) out[i] = cursors_[i].match_length();
 }
 
-std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, int rule,
+std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                            size_t max_occurrences) {
   if (slot >= cursors_.size()) {
     throw ArgumentError("continuation: slot " + std::to_string(slot) + " out of range (" +

@@ -30,7 +30,7 @@ class CursorSet {
   void advance(const Token* tokens, size_t n);
   // The current match length of every slot, in slot order, into out[0 .. size()).
   void match_lengths(int32_t* out);
-  std::vector<Token> continuation(size_t slot, size_t max_tokens, int rule,
+  std::vector<Token> continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                   size_t max_occurrences);
   size_t size() const { return cursors_.size(); }
 

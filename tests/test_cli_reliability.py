@@ -78,6 +78,9 @@ def test_index_build_and_profile_refuse_to_write_over_an_input(tmp_path: Path, c
     assert main(["profile", str(traces), "-o", str(traces)]) == 1
     assert "refusing to overwrite an input" in capsys.readouterr().err
     assert traces.read_bytes() == before
+    assert main(_replay_args(traces, traces)) == 1
+    assert "is a file" in capsys.readouterr().err
+    assert traces.read_bytes() == before
 
 
 def test_interrupted_import_leaves_the_old_output_and_no_file_that_passes_check(
@@ -221,6 +224,33 @@ def test_sigint_in_a_replay_with_worker_processes_is_one_line(tmp_path: Path) ->
     assert err.strip().splitlines()[-1] == "agspec replay: interrupted", err
     _no_traceback(err)
     assert not (out / "complete.json").exists()
+
+
+def test_ctrl_c_in_record_is_one_line_and_keeps_the_recorded_sessions(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import agspec.cli.record_cmd as record_cmd
+    import agspec.models
+    import agspec.pipeline.runner
+
+    class NoModel:
+        name = "none"
+
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agspec.models, "resolve_model", lambda name: Path("/m.gguf"))
+    monkeypatch.setattr(agspec.pipeline.runner, "LlamaLLM", NoModel)
+    monkeypatch.setattr(record_cmd, "run_session", interrupted)
+    out = tmp_path / "t.jsonl"
+    args = ["record", "paginate", "-o", str(out), "--drafter", "none", "--no-progress"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["agspec record: interrupted"]
+    assert not out.exists() or check_file(out)[1] == []
 
 
 # -- item 6: check accepts exactly what the readers accept ---------------------------

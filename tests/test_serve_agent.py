@@ -10,7 +10,6 @@ response with usage, the trajectory holds those calls, and the server recorded t
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -30,7 +29,6 @@ AGENT_VENV = (
     / "venvs"
     / "mini-swe-agent-2.4.6"
 )
-PROFILE = REPO / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
 
 
 def _exchange(messages: list[dict[str, str]], content: str, *, tokens: int = 5,
@@ -147,15 +145,15 @@ def test_mini_swe_agent_completes_its_protocol_against_agspec_serve() -> None:
     with tempfile.TemporaryDirectory(prefix="agspec-agent-test-") as tmp:
         work, run_dir = Path(tmp), Path(tmp) / "run"
         run_dir.mkdir()
-        args = argparse.Namespace(
-            # One thread: on a shared 2-core machine two llama.cpp threads spin-wait on
-            # each other. The shipped Qwen profile stands in for SmolLM2's (what this test
-            # checks is the agent's protocol, not the draft lengths), so the server does
-            # not measure one at start-up.
-            agspec_python=sys.executable, threads=1, n_ctx=4096, cost_profile=str(PROFILE),
-            state_dir=str(work / "state"), startup_timeout_s=300,
-            agent_python=str(AGENT_VENV / "bin" / "python"), step_limit=2, max_tokens=48,
-            command_timeout_s=20, session_timeout_s=240,
+        # One thread: on a shared 2-core machine two llama.cpp threads spin-wait on
+        # each other. The shipped Qwen profile stands in for SmolLM2's (what this test
+        # checks is the agent's protocol, not the draft lengths), so the server does not
+        # measure one at start-up.
+        args = bench.build_parser().parse_args(
+            ["--threads", "1", "--n-ctx", "4096", "--state-dir", str(work / "state"),
+             "--startup-timeout-s", "300", "--agent-python", str(AGENT_VENV / "bin" / "python"),
+             "--step-limit", "2", "--max-tokens", "48", "--command-timeout-s", "20",
+             "--session-timeout-s", "240"]
         )  # fmt: skip
         proxy = bench.RecordingProxy()
         server = bench.start_server("agspec", args, model, run_dir)

@@ -103,7 +103,7 @@ int main() {
         MatchCursor cur(loaded, 8);
         const std::vector<Token> q = {1, 2, 3, 4};
         cur.extend(q.data(), q.size());
-        (void)cur.continuation(16, 0, 32);
+        (void)cur.continuation(16, agspec::ContinuationRule::kFrequent, 32);
         snapshots.push_back(std::move(snap));
       } catch (const std::exception& e) {
         fail(std::string("a saved file does not load: ") + e.what());
@@ -133,7 +133,8 @@ int main() {
             attempt([&] { (void)cur->occurrences(8); }, refused, &closed);
             break;
           case 2:
-            attempt([&] { (void)cur->continuation(16, int(rng() % 4), 32); }, refused, &closed);
+            attempt([&] { (void)cur->continuation(16, agspec::ContinuationRule(rng() % 4), 32); },
+                    refused, &closed);
             break;
           case 3:
             attempt(

@@ -3,6 +3,7 @@ AgSpec native token index (C++). Use agspec.token_index, not this module.
 """
 
 from collections.abc import Sequence
+import enum
 from typing import Annotated
 
 import numpy
@@ -56,6 +57,15 @@ class TokenIndex:
 
     def cursor(self, max_match_tokens: int) -> MatchCursor: ...
 
+class ContinuationRule(enum.Enum):
+    frequent = 0
+
+    first = 1
+
+    recent = 2
+
+    vote = 3
+
 class MatchCursor:
     def extend(self, tokens: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
 
@@ -67,7 +77,7 @@ class MatchCursor:
 
     def occurrences(self, max_count: int) -> list[tuple[int, int]]: ...
 
-    def continuation(self, max_tokens: int, rule: int, max_occurrences: int) -> list[int]: ...
+    def continuation(self, max_tokens: int, rule: ContinuationRule, max_occurrences: int) -> list[int]: ...
 
     @property
     def num_fed(self) -> int: ...
@@ -88,7 +98,7 @@ class CursorSet:
 
     def match_lengths(self) -> list[int]: ...
 
-    def continuation(self, slot: int, max_tokens: int, rule: int, max_occurrences: int) -> list[int]: ...
+    def continuation(self, slot: int, max_tokens: int, rule: ContinuationRule, max_occurrences: int) -> list[int]: ...
 
     def __len__(self) -> int: ...
 
@@ -96,4 +106,4 @@ def advance_batch(sets: Sequence[CursorSet], tokens: Sequence[Sequence[int]]) ->
 
 def match_lengths_batch(sets: Sequence[CursorSet]) -> list[int]: ...
 
-def continuation_batch(sets: Sequence[CursorSet], slots: Sequence[int], max_tokens: Sequence[int], rules: Sequence[int], max_occurrences: int) -> list[list[int]]: ...
+def continuation_batch(sets: Sequence[CursorSet], slots: Sequence[int], max_tokens: Sequence[int], rules: Sequence[ContinuationRule], max_occurrences: int) -> list[list[int]]: ...

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agspec import _native
+from agspec.token_index import _RULES as _RULE_CODES
 from agspec.token_index import ContinuationRule, TokenIndex, as_tokens
 
 __all__ = ["CorpusSet", "SourceRule", "advance_batch", "match_lengths_batch"]
 
-_RULE_CODES: dict[str, int] = {"frequent": 0, "first": 1, "recent": 2, "vote": 3}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,13 @@ IndexFormatError = _native.IndexFormatError
 IndexStateError = _native.IndexStateError
 
 ContinuationRule = Literal["frequent", "first", "recent", "vote"]
-_RULES = {"frequent": 0, "first": 1, "recent": 2, "vote": 3}
+# The native rule enum by name (the binding's `ContinuationRule`; docs/index.md).
+_RULES: dict[str, _native.ContinuationRule] = {
+    "frequent": _native.ContinuationRule.frequent,
+    "first": _native.ContinuationRule.first,
+    "recent": _native.ContinuationRule.recent,
+    "vote": _native.ContinuationRule.vote,
+}
 _INT32_MAX = 2**31 - 1
 
 
@@ -103,11 +109,11 @@ def check_doc_id(doc_id: int) -> int:
 class TokenIndex:
     """Many append-only documents of token ids, searchable by `MatchCursor`s.
 
-    Safe to share between threads, without waiting: queries, `save`, `document` and the
-    counters run concurrently with each other, `extend` and `remove` alone. A call that
-    overlaps one of the other kind in another thread raises `IndexStateError` (retry
-    it); after `close` every call, and every cursor's, raises `IndexStateError`. A
-    `MatchCursor` belongs to one thread at a time.
+    Safe to share between threads: queries, `save`, `document` and the counters run
+    concurrently with each other, `extend` and `remove` alone. A call that meets one of
+    the other kind in another thread waits at most 10 ms for it, then raises
+    `IndexStateError` and changes nothing (retry it); after `close` every call, and every
+    cursor's, raises `IndexStateError`. A `MatchCursor` belongs to one thread at a time.
     """
 
     def __init__(self, _handle: _native.TokenIndex | None = None) -> None:
@@ -157,7 +163,7 @@ class TokenIndex:
     def verify(self) -> None:
         """Checks every structural invariant `load` checks; raises IndexFormatError.
 
-        O(size): about a tenth of a load's time (docs/index.md).
+        O(size); what it costs on a 10M-token index is in docs/index.md.
         """
         self._native.verify()
 

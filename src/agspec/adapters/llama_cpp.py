@@ -273,18 +273,57 @@ class Sampling:
                              f"{self.top_p}")  # fmt: skip
 
     def sample(self, logits: np.ndarray, rng: random.Random) -> int:
+        """One token, drawn with one `rng.random()`. Only the few most likely tokens are
+        sorted (the draw almost always lands among them: a full sort of a 150k vocabulary
+        costs more than a decode step); when it does not, the full sort decides. Both give
+        the token of `sample_full_sort` for the same draw."""
         z = logits.astype(np.float64) / self.temperature
-        order = np.argsort(-z, kind="stable")  # most likely first; ties: lower id first
+        u = rng.random()
+        n = len(z)
+        m = self.top_k or _SAMPLE_CANDIDATES
+        if m >= n:
+            return self._pick(z, np.argsort(-z, kind="stable"), u)
+        # Every token at least as likely as the m-th: the full sort's first m tokens, ties
+        # included, in the same order (stable over ascending ids: ties lower id first).
+        part = np.argpartition(-z, m - 1)[:m]
+        cand = np.flatnonzero(z >= z[part].min())
+        order = cand[np.argsort(-z[cand], kind="stable")]
+        if self.top_k:
+            return self._pick(z, order[: self.top_k], u)
+        top = z[order]
+        weights = np.exp(top - top[0])
+        total = float(np.exp(z - top[0]).sum())  # the normaliser over every token
+        cum = np.cumsum(weights) / total
+        reach = self.top_p if self.top_p < 1.0 else u
+        if cum[-1] <= reach:  # the nucleus (or the draw) goes past the candidates
+            return self._pick(z, np.argsort(-z, kind="stable"), u)
+        probs = weights / total
+        if self.top_p < 1.0:
+            keep = int(np.searchsorted(cum, self.top_p) + 1)
+            probs = probs[:keep] / probs[:keep].sum()
+        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
+        return int(order[min(i, len(probs) - 1)])
+
+    def sample_full_sort(self, logits: np.ndarray, u: float) -> int:
+        """The reference rule, sorting every token: the token whose probability interval
+        (most likely first, ties lower id first) holds `u`."""
+        z = logits.astype(np.float64) / self.temperature
+        return self._pick(z, np.argsort(-z, kind="stable"), u)
+
+    def _pick(self, z: np.ndarray, order: np.ndarray, u: float) -> int:
         if self.top_k:
             order = order[: self.top_k]
-        z = z[order]
-        probs = np.exp(z - z[0])
+        zs = z[order]
+        probs = np.exp(zs - zs[0])
         probs /= probs.sum()
         if self.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)
             probs = probs[:keep] / probs[:keep].sum()
-        i = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
         return int(order[min(i, len(probs) - 1)])
+
+
+_SAMPLE_CANDIDATES = 256
 
 
 def generate(

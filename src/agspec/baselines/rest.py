@@ -250,7 +250,7 @@ class CallLifecycle:
     def _propose(self, max_tokens: int) -> list[int]:
         raise NotImplementedError
 
-    def _accept(self, committed: np.ndarray) -> None:
+    def _accept(self, committed: Any) -> None:  # np.ndarray, or list[int] (accepts_lists)
         raise NotImplementedError
 
     def _end(self) -> None:

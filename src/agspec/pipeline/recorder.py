@@ -12,7 +12,8 @@ and sidecar records of sessions without a trace line (or repeated) are dropped, 
 resumed run neither duplicates nor loses a session.
 
 >>> import tempfile, os
->>> from agspec.traces.schema import Session
+>>> from agspec._files import atomic_output
+from agspec.traces.schema import Session
 >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
 >>> rec = Recorder(path)
 >>> rec.write(Session("s1", "agspec-pipeline", "m", "t1", []), {"status": "passed"})
@@ -27,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agspec._files import atomic_output
 from agspec.traces.schema import Session
 
 __all__ = ["Recorder", "sidecar_path", "read_sidecar"]
@@ -109,9 +111,8 @@ class Recorder:
             return
         if not path.exists() and not lines:
             return
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(body)
-        os.replace(tmp, path)  # atomic: the old file or the repaired one, never half
+        with atomic_output(path) as tmp:  # the old file or the repaired one, never half
+            tmp.write_bytes(body)
 
     @staticmethod
     def _append(path: Path, obj: dict[str, Any]) -> None:

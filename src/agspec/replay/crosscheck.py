@@ -242,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "crosscheck.json"), "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=1)
+        from agspec._files import atomic_write_text
+
+        atomic_write_text(os.path.join(args.out, "crosscheck.json"), json.dumps(report, indent=1))
     return 0
 
 

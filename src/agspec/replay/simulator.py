@@ -116,6 +116,8 @@ class BatchResult:
     ar_full_batch_step_ms: float = 0.0  # one AR step with B active requests
     # Of draft_ns, the time outside propose/accept: session, open_artifact, call, begin, end.
     setup_ns: int = 0
+    # Wall-clock time of the same drafter calls (draft_ns is CPU time), for comparison.
+    draft_wall_ns: int = 0
     # Steady state (`replay_batched(fillers=...)`): tokens and drafting time of the fillers.
     steady: bool = False
     filler_tokens: int = 0
@@ -195,6 +197,10 @@ class BatchResult:
             "draft_ms": self.draft_ns / 1e6,
             "draft_us_per_token": self.draft_us_per_token,
             "draft_setup_us_per_token": self.setup_us_per_token,
+            "draft_wall_us_per_token": (
+                self.draft_wall_ns / 1e3 / self.num_output_tokens if self.num_output_tokens else 0.0
+            ),
+            "draft_clock": "thread CPU time",
             "speedup_with_drafting": self.speedup_with_drafting,
             "throughput_tokens_per_s": (
                 self.num_output_tokens / (self.spec_ms / 1e3) if self.spec_ms else 0.0
@@ -203,6 +209,31 @@ class BatchResult:
                 self.num_output_tokens / (self.ar_ms / 1e3) if self.ar_ms else 0.0
             ),
         }
+
+
+_BIAS: tuple[int, int] | None = None
+
+
+def window_bias_ns() -> tuple[int, int]:
+    """(CPU, wall) ns an empty timing window reads: the cost of the clock calls themselves,
+    subtracted from every window (median of 501 empty windows, measured once).
+
+    The CPU clock (`time.thread_time_ns`) is a system call of about 0.3-1.5 µs here, so an
+    uncorrected window would charge every drafter about a microsecond per window.
+    """
+    global _BIAS
+    if _BIAS is None:
+        cpu, wall = time.thread_time_ns, time.perf_counter_ns
+        cpu_d, wall_d = [], []
+        for _ in range(501):
+            w0 = wall()
+            c0 = cpu()
+            c1 = cpu()
+            w1 = wall()
+            cpu_d.append(c1 - c0)
+            wall_d.append(w1 - w0)
+        _BIAS = (sorted(cpu_d)[250], sorted(wall_d)[250])
+    return _BIAS
 
 
 def _session_steps(
@@ -216,36 +247,54 @@ def _session_steps(
 
     Returns (as StopIteration value) drafter time spent after the last step (end calls).
     `setup[0]`, when given, accumulates the drafter time spent outside `propose` and
-    `accept` (it is also in the rows' and the return value's times).
+    `accept` (it is also in the rows' and the return value's times); `setup[1]` the
+    wall-clock time of every drafter call, for comparison.
+
+    Drafter time is the replay thread's CPU time (`time.thread_time_ns`) inside the
+    drafter's calls, less the clocks' own cost (`window_bias_ns`): on a shared machine the
+    wall clock also counts the time the process waited for a core, which inflates long
+    calls (a suffix tree built over a 10k-token prompt spans several scheduler slices)
+    far more than short ones.
     """
     if setup is None:
-        setup = [0]
-    clock = time.perf_counter_ns
-    t0 = clock()
+        setup = [0, 0]
+    cpu, wall = time.thread_time_ns, time.perf_counter_ns
+    cpu_bias, wall_bias = window_bias_ns()
+    w0 = wall()
+    c0 = cpu()
     dsession = server.session(session.session_id, emission_format=session.emission_format)
-    overhead_ns = clock() - t0  # charged to the next step
+    c1 = cpu()
+    w1 = wall()
+    overhead_ns = max(0, c1 - c0 - cpu_bias)  # charged to the next step
     setup[0] += overhead_ns
+    setup[1] += max(0, w1 - w0 - wall_bias)
     seen_artifacts: set[tuple[str, str]] = set()
     for call_index, call in enumerate(session.calls):
         prompt = call.prompt_ids if isinstance(call.prompt_ids, list) else list(call.prompt_ids)
         out = call.output_ids if isinstance(call.output_ids, list) else list(call.output_ids)
-        t0 = clock()
+        w0 = wall()
+        c0 = cpu()
         for artifact in call.artifacts:
             if artifact not in seen_artifacts:
                 seen_artifacts.add(artifact)
                 dsession.open_artifact(artifact[0], artifact[1])
         drafter = dsession.call(call.agent, call.role, call.turn)
         drafter.begin(prompt)
-        dt = clock() - t0
+        c1 = cpu()
+        w1 = wall()
+        dt = max(0, c1 - c0 - cpu_bias)
         overhead_ns += dt
         setup[0] += dt
+        setup[1] += max(0, w1 - w0 - wall_bias)
         num_out = len(out)
         pos = 0
         step = 0
         while pos < num_out:
-            t0 = clock()
+            w0 = wall()
+            c0 = cpu()
             draft = drafter.propose(max_draft_tokens)
-            t1 = clock()
+            c1 = cpu()
+            w1 = wall()
             num_drafted = len(draft)
             if num_drafted > max_draft_tokens:
                 raise ValueError(
@@ -261,9 +310,13 @@ def _session_steps(
             committed = accepted if accepted == remaining else accepted + 1
             match_length = getattr(drafter, "last_match_length", None)
             source = getattr(drafter, "last_source", None)
-            t2 = clock()
-            drafter.accept(out[pos : pos + committed])
-            t3 = clock()
+            committed_ids = out[pos : pos + committed]
+            w2 = wall()
+            c2 = cpu()
+            drafter.accept(committed_ids)
+            c3 = cpu()
+            w3 = wall()
+            setup[1] += max(0, w1 - w0 - wall_bias) + max(0, w3 - w2 - wall_bias)
             yield [
                 session_name,
                 call_index,
@@ -277,20 +330,28 @@ def _session_steps(
                 committed,
                 match_length,
                 source,
-                (t1 - t0) + (t3 - t2) + overhead_ns,
+                max(0, c1 - c0 - cpu_bias) + max(0, c3 - c2 - cpu_bias) + overhead_ns,
             ]
             overhead_ns = 0
             pos += committed
             step += 1
-        t0 = clock()
+        w0 = wall()
+        c0 = cpu()
         drafter.end()
-        dt = clock() - t0
+        c1 = cpu()
+        w1 = wall()
+        dt = max(0, c1 - c0 - cpu_bias)
         overhead_ns += dt
         setup[0] += dt
-    t0 = clock()
+        setup[1] += max(0, w1 - w0 - wall_bias)
+    w0 = wall()
+    c0 = cpu()
     dsession.end()
-    dt = clock() - t0
+    c1 = cpu()
+    w1 = wall()
+    dt = max(0, c1 - c0 - cpu_bias)
     setup[0] += dt
+    setup[1] += max(0, w1 - w0 - wall_bias)
     return overhead_ns + dt
 
 
@@ -377,9 +438,9 @@ def replay_batched(
     timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
     full_tokens = 0
     full_ms = 0.0
-    setup = [0]
+    setup = [0, 0]  # CPU ns outside propose/accept, wall ns of every drafter call
     filler = [False] * batch_size  # slot i runs a filler (steady state)
-    filler_setup = [0]
+    filler_setup = [0, 0]
     filler_ns = 0
     filler_tokens = 0
     while True:
@@ -389,27 +450,23 @@ def replay_batched(
             while True:
                 gen = slots[i]
                 if gen is None:
-                    if not exhausted:
-                        nxt = next(pending, None)
-                        if nxt is None:
-                            exhausted = True
-                    if exhausted:
-                        if fillers is None:
-                            break
-                        nxt = next(fillers, None)
-                        if nxt is None:
-                            break
-                        session, server = nxt
-                        gen = _session_steps(
-                            server, session, session.session_id, max_draft_tokens, filler_setup
-                        )
-                        filler[i] = True
-                    else:
-                        index, (session, server) = nxt  # type: ignore[misc]
+                    nxt = None if exhausted else next(pending, None)
+                    if nxt is not None:
+                        session, server = nxt[1]
                         gen = _session_steps(
                             server, session, session.session_id, max_draft_tokens, setup
                         )
                         filler[i] = False
+                    else:
+                        exhausted = True
+                        spare = None if fillers is None else next(fillers, None)
+                        if spare is None:
+                            break
+                        session, server = spare
+                        gen = _session_steps(
+                            server, session, session.session_id, max_draft_tokens, filler_setup
+                        )
+                        filler[i] = True
                     slots[i] = gen
                 try:
                     (filler_rows if filler[i] else rows).append(next(gen))
@@ -478,6 +535,7 @@ def replay_batched(
         full_batch_ms=full_ms,
         ar_full_batch_step_ms=timer(1, batch_size),
         setup_ns=setup[0],
+        draft_wall_ns=setup[1],
         steady=fillers is not None,
         filler_tokens=filler_tokens,
         filler_draft_ns=filler_ns,

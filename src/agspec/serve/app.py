@@ -251,11 +251,12 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             return_ids=_wants_ids(request),
         )  # fmt: skip
         use_tools = bool(tools)
+        tool_names = {t["function"]["name"] for t in tools or ()}
 
         def on_done(done: Finished) -> dict[str, Any]:
             msg: dict[str, Any] = {"role": "assistant", "content": done.text}
             if use_tools:
-                content, calls = parse_tool_calls(done.text)
+                content, calls = parse_tool_calls(done.text, tool_names)
                 if calls:
                     msg["content"] = content
                     msg["tool_calls"] = [

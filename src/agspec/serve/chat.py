@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from agspec.serve.schema import APIError
@@ -31,27 +31,53 @@ __all__ = ["ChatTemplate", "parse_tool_calls", "TOOL_CALL_OPEN"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_FENCED = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[tuple[str, str]]]:
+def _as_call(obj: Any) -> tuple[str, str] | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    return obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def parse_tool_calls(
+    text: str, tool_names: Collection[str] | None = None
+) -> tuple[str, list[tuple[str, str]]]:
     """(text outside the blocks, [(name, arguments as a JSON string)]) of `<tool_call>`
-    blocks; a block that is not a JSON object with a string `name` stays in the text."""
+    blocks; a block that is not a JSON object with a string `name` stays in the text.
+
+    Small models often drop the tags: with `tool_names`, an answer that is nothing but one
+    JSON object (bare or in a fenced block) naming one of those tools, with `arguments`,
+    is a call too.
+
+    >>> parse_tool_calls('```json\\n{"name": "bash", "arguments": {"c": 1}}\\n```', {"bash"})
+    ('', [('bash', '{"c": 1}')])
+    """
     calls: list[tuple[str, str]] = []
     kept: list[str] = []
     pos = 0
     for m in _TOOL_CALL.finditer(text):
         try:
-            obj = json.loads(m.group(1))
+            call = _as_call(json.loads(m.group(1)))
         except ValueError:
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        if call is None:
             continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        calls.append((obj["name"], args_text))
+        calls.append(call)
         kept.append(text[pos : m.start()])
         pos = m.end()
     kept.append(text[pos:])
+    if not calls and tool_names:
+        bare = _FENCED.fullmatch(text.strip())
+        body = bare.group(1) if bare else text.strip()
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        call = _as_call(obj)
+        if call is not None and call[0] in tool_names and "arguments" in obj:
+            return "", [call]
     return "".join(kept).strip(), calls
 
 

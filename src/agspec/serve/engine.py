@@ -368,7 +368,12 @@ class Engine:
                 time.sleep(0.05)
             if not self._queue.empty() or self.running:
                 self._abort.set()
-            self._queue.put(None)
+            while self._thread.is_alive():  # the queue may be full: wait for room
+                try:
+                    self._queue.put(None, timeout=0.5)
+                    break
+                except queue.Full:
+                    self._abort.set()
             self._thread.join(timeout=max(1.0, deadline - time.monotonic() + 5.0))
             self._thread = None
         self._end_all_sessions()
@@ -405,16 +410,17 @@ class Engine:
             self.running = 1
             self.metrics.running.set(1)
             t0 = time.monotonic()
+            final: Event
             try:
-                self._run(job)
+                final = self._run(job)
             except Exception as exc:  # never let one request take the worker down
                 log.exception("generation failed")
                 self._reset_cache()
-                job.emit(Failed(APIError(500, f"generation failed: {exc}", type="server_error")))
-            finally:
-                self.running = 0
-                self.metrics.running.set(0)
-                self._recent_s.append(time.monotonic() - t0)
+                final = Failed(APIError(500, f"generation failed: {exc}", type="server_error"))
+            self.running = 0
+            self.metrics.running.set(0)
+            self._recent_s.append(time.monotonic() - t0)
+            job.emit(final)  # after the slot is free: a client that sees it sees a free slot
 
     def _reset_cache(self) -> None:
         try:
@@ -427,6 +433,7 @@ class Engine:
         while self._expired:
             self._end_session(self._expired.popleft())
         self.metrics.sessions.set(len(self.resolver))
+        self.metrics.drafter_sessions.set(len(self._sessions))
 
     def _end_session(self, sid: str, *, save: bool = True) -> None:
         self._turns.pop(sid, None)
@@ -444,11 +451,12 @@ class Engine:
         if s is None or getattr(s, "closed", False):
             s = server.session(sid)
             self._sessions[sid] = s
+            self.metrics.drafter_sessions.set(len(self._sessions))
         elif hasattr(server, "touch"):
             server.touch(sid)
         return s.call(agent, "other", turn)
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job) -> Event:
         from agspec.adapters.llama_cpp import Sampling, generate
 
         m = self.metrics
@@ -499,16 +507,13 @@ class Engine:
         m.completion_tokens.labels(agent).inc(text.num_tokens)
         if job.cancel.is_set() and not text.done:
             m.cancelled.labels("disconnected").inc()
-            job.emit(Finished(text.text, "cancelled", len(job.prompt_ids), text.num_tokens, {}))
-            return
+            return Finished(text.text, "cancelled", len(job.prompt_ids), text.num_tokens, {})
         if timed_out:
             m.cancelled.labels("timeout").inc()
-            job.emit(Failed(_timeout_error()))
-            return
+            return Failed(_timeout_error())
         if self._abort.is_set() and not text.done:
-            job.emit(Failed(APIError(503, "the server shut down during generation",
-                                     type="server_error", code="shutting_down")))  # fmt: skip
-            return
+            return Failed(APIError(503, "the server shut down during generation",
+                                   type="server_error", code="shutting_down"))  # fmt: skip
         finish = "stop" if text.done else "length"
         stats = {
             "session_id": sid,
@@ -554,7 +559,7 @@ class Engine:
                               for s in steps],
                 },
             )  # fmt: skip
-        job.emit(done)
+        return done
 
 
 def _timeout_error() -> APIError:

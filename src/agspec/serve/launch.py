@@ -28,6 +28,15 @@ from typing import Any
 __all__ = ["ServerProcess", "free_port"]
 
 
+def _die_with_parent() -> None:
+    """In the child (Linux): SIGTERM when the parent dies, so that a test or benchmark
+    killed mid-way leaves no server behind (the server then drains and exits)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -71,7 +80,10 @@ class ServerProcess:
         cmd = [self.python, "-m", "agspec", "serve", "--host", self.host,
                "--port", str(self.port), *self.args]  # fmt: skip
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

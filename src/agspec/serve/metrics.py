@@ -14,6 +14,7 @@ sends a new system prompt per request cannot grow the registry without bound):
   `agspec_prefill_seconds_total{agent}`
 
 Server-wide: `agspec_queue_depth`, `agspec_running_requests`, `agspec_sessions`,
+`agspec_drafter_sessions`,
 `agspec_session_requests_total{kind}` (kind: new, continued, explicit),
 `agspec_session_known_messages_total` (messages of requests their session had already
 seen), `agspec_cancelled_total{reason}`, `agspec_rejected_total{reason}`,
@@ -69,6 +70,9 @@ class ServeMetrics:
         self.queue_depth = Gauge("agspec_queue_depth", "Requests waiting", registry=r)
         self.running = Gauge("agspec_running_requests", "Requests decoding now", registry=r)
         self.sessions = Gauge("agspec_sessions", "Live sessions known", registry=r)
+        self.drafter_sessions = Gauge(
+            "agspec_drafter_sessions", "Sessions with drafter state", registry=r
+        )
         self.session_requests = Counter(
             "agspec_session_requests", "Requests by how their session was found", ["kind"],
             registry=r,
