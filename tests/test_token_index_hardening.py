@@ -772,3 +772,43 @@ if __name__ == "__main__":
         fuzz_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
     else:
         sys.exit("usage: test_token_index_hardening.py fuzz SEED START STOP TMPDIR")
+
+
+def test_cursor_sets_over_a_closed_or_busy_index_raise_instead_of_crashing():
+    """The batched cursor path (agspec.corpus_set) inherits the same guards."""
+    proc = run_script(
+        prelude=THREAD_PRELUDE,
+        code="""
+        from agspec import _native
+        idx = TokenIndex()
+        idx.extend(0, big(1_000_000))
+        live = TokenIndex()
+        live.extend(1, [1, 2, 3])
+        s = _native.CursorSet()
+        s.add_cursor(idx._native, 16, [1, 2, 3])
+        s.add_append(live._native, 1)
+        t, box = in_thread(idx.extend, 2, big(1_500_000, seed=4))
+        while "started" not in box:
+            time.sleep(0.001)
+        refused = 0
+        while t.is_alive():
+            try:
+                s.match_lengths()
+                s.continuation(0, 8, _native.ContinuationRule.frequent, 32)
+            except IndexStateError:
+                refused += 1
+        t.join()
+        assert "error" not in box, box
+        idx.close()
+        live.close()
+        for call in (s.match_lengths, lambda: s.advance([4]),
+                     lambda: s.continuation(0, 8, _native.ContinuationRule.first, 32)):
+            try:
+                call()
+                raise AssertionError("a call after close() succeeded")
+            except IndexStateError:
+                pass
+        print("OK", refused)
+        """,
+    )
+    assert "OK" in assert_ok(proc)

@@ -42,7 +42,6 @@ from agspec.token_index import ContinuationRule, TokenIndex, as_tokens
 __all__ = ["CorpusSet", "SourceRule", "advance_batch", "match_lengths_batch"]
 
 
-
 @dataclass(frozen=True)
 class SourceRule:
     """A corpus in the source preference, and by how much it must beat the ones after it."""
