@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agspec.traces.schema import json_type_name
+
 __all__ = [
     "APIError",
     "ChatRequest",
@@ -77,22 +79,7 @@ def _bad(param: str, message: str, code: str | None = None) -> APIError:
     return APIError(400, f"{param}: {message}", param=param, code=code)
 
 
-def _type_name(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return type(v).__name__
+_type_name = json_type_name
 
 
 def _opt_int(body: Mapping[str, Any], key: str, *, lo: int | None = None) -> int | None:

@@ -290,6 +290,11 @@ _TYPE_NAMES = {str: "string", int: "integer", bool: "boolean", list: "array", di
 def _json_type(v: Any) -> str:
     if isinstance(v, HugeInt):
         return f"an integer of {len(v.text.lstrip('-'))} digits (too large)"
+    return json_type_name(v)
+
+
+def json_type_name(v: Any) -> str:
+    """The JSON name of a parsed value's type, for error messages ("integer", "array"...)."""
     if v is None:
         return "null"
     if isinstance(v, bool):
