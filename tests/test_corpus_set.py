@@ -172,3 +172,37 @@ def test_step_batch_equals_one_call_at_a_time(variant):
             drafted += len(draft)
         steps += 1
     assert drafted > 0 and steps > 10
+
+
+def test_step_batch_refusing_one_request_leaves_the_others_whole():
+    """A bad committed list in the middle raises; the calls before it took their tokens
+    (their next draft equals that of a call that accepted them alone), the others nothing."""
+    docs = [[1, 2, 3, 4, 5, 6, 7, 8] * 4]
+
+    def make():
+        server = AgSpecServer(
+            tokenizer=CharTokenizer(),
+            global_corpus=GlobalCorpus.build(docs),
+            config=VARIANTS["agspec"],
+        )
+        calls = []
+        for i in range(3):
+            c = server.session(f"s{i}").call("coder", "code", 1)
+            c.begin([0, 1, 2, 3])
+            calls.append(c)
+        return calls
+
+    batch, alone = make(), make()
+    drafts = step_batch(batch, [None, None, None], 4)
+    assert drafts[0][:2] == [4, 5] and drafts == [drafts[0]] * 3
+    with pytest.raises(ValueError, match="never proposed"):
+        step_batch(batch, [[4, 5], [9, 9, 9], [4]], 4)
+    assert step_batch(alone, [None, None, None], 4) == drafts
+    alone[0].accept([4, 5])
+    expected = alone[0].propose(4)
+    assert expected and batch[0].propose(4) == expected
+    # The refused call and the one after it still hold their drafts: they can accept.
+    batch[1].accept([4])
+    batch[2].accept(drafts[2] + [9])
+    with pytest.raises(ValueError, match="max_tokens"):
+        step_batch(batch, [None, None, None], -1)

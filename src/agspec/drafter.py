@@ -754,33 +754,38 @@ def step_batch(
     n = len(calls)
     if len(committed) != n:
         raise ValueError(f"committed has {len(committed)} entries for {n} calls")
-    caps = [max_tokens] * n if isinstance(max_tokens, int) else list(max_tokens)
-    if len(caps) != n:
-        raise ValueError(f"max_tokens has {len(caps)} entries for {n} calls")
-    sets: list[CorpusSet] = []
+    raw = [max_tokens] * n if isinstance(max_tokens, (int, np.integer)) else list(max_tokens)
+    if len(raw) != n:
+        raise ValueError(f"max_tokens has {len(raw)} entries for {n} calls")
+    for k in raw:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= 1 << 16:
+            raise ValueError(f"max_tokens must be ints in [0, 65536], got {k!r}")
+    caps = [int(k) for k in raw]
+    applied: list[AgSpecCall] = []
     moved: list[list[int]] = []
-    for call, c in zip(calls, committed):
-        if c is not None and len(c):
-            toks = call._check_committed(c)
-            assert call._corpora is not None
-            sets.append(call._corpora)
-            moved.append(toks)
+    try:
+        for call, c in zip(calls, committed):
+            if c is not None and len(c):
+                toks = call._check_committed(c)
+                applied.append(call)
+                moved.append(toks)
+            elif not call._begun or call._ended:
+                raise call._not_live("step_batch()")
+    finally:
+        # Every call whose tokens were checked (its policy already saw them) gets them into
+        # its corpora, even when a later call's tokens were refused: no call is left half
+        # accepted.
+        if applied:
+            advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
+        for call, toks in zip(applied, moved):
             if call.session.server.history is not None:
                 call._output.extend(toks)
-        elif not call._begun or call._ended:
-            raise call._not_live("step_batch()")
-    if sets:
-        advance_batch(sets, moved)
-    for call, c in zip(calls, committed):
-        if c is not None and len(c):
-            call._count(len(c))
+            call._count(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations.
     live: list[AgSpecCall] = []
-    for call, k in zip(calls, caps):
+    for call in calls:
         if not call._begun or call._ended:
             raise call._not_live("step_batch()")
-        if k < 0 or k > 1 << 16:
-            raise ValueError(f"max_tokens must be in [0, 65536], got {k}")
         call._draft = []
         call.last_source, call.last_match_length = None, 0
         live.append(call)
