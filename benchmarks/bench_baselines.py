@@ -7,7 +7,7 @@ bonus token), for each drafter named on the command line: a baseline family of
 variant of `agspec.drafter.VARIANTS` (`agspec`, `agspec-on-suffix-tree`, ...); `NAME@D`
 sets the suffix-tree engine's depth to D for that drafter (default: the engine's 64).
 
-Global corpus: the replay lab's two-fold split (`agspec.replay.run.fold_of`): a session is
+Global corpus: the replay lab's two-fold split (`agspec.lab.run.fold_of`): a session is
 replayed by a server whose global corpus is the recorded outputs of the other fold's
 sessions, so it never holds the session itself. Families that cache earlier responses
 (SuffixDecoding's global tree) also add, when each call ends, the responses of the
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from agspec import drafter
-from agspec.replay.records import ReplayCall, ReplaySession
-from agspec.replay.registry import make_server
-from agspec.replay.run import fold_of, global_docs_by_fold, load_sessions
+from agspec.lab.records import ReplayCall, ReplaySession
+from agspec.lab.registry import make_server
+from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
 from agspec.tokenizers import get_tokenizer
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
@@ -140,7 +140,7 @@ def bench(
     base, _, depth = name.partition("@")
     saved = drafter.ENGINES["suffix-tree"]
     if depth:
-        from agspec.engines.arctic import SuffixTreeIndex
+        from agspec.index.suffix_tree import SuffixTreeIndex
 
         drafter.ENGINES["suffix-tree"] = lambda: SuffixTreeIndex(int(depth))
     try:

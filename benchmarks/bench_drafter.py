@@ -20,8 +20,8 @@ import numpy as np
 
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import break_even_accept_prob, get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 

@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agspec.adapters.transformers import generate_with_drafter, measure_cost_profile
-    from agspec.costmodel import ProfileCostModel
+    from agspec.lab.registry import make_server
     from agspec.models import resolve_model
-    from agspec.replay.registry import make_server
+    from agspec.policy.costmodel import ProfileCostModel
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import render_call
 

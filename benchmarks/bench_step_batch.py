@@ -21,8 +21,8 @@ import numpy as np
 
 from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 

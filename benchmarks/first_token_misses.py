@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost-model", default="h200-qwen2.5-32b")
     args = ap.parse_args(argv)
 
-    from agspec.costmodel import get_cost_model
     from agspec.drafter import VARIANTS, AgSpecServer
+    from agspec.policy.costmodel import get_cost_model
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import read_sessions, render_call
 

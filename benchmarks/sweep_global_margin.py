@@ -13,8 +13,9 @@ import sys
 from dataclasses import replace
 
 from agspec.cli import main as cli_main
-from agspec.drafter import VARIANTS, replay_factory
-from agspec.replay.registry import register_drafter
+from agspec.drafter import VARIANTS
+from agspec.drafter.replay import replay_factory
+from agspec.lab.registry import register_drafter
 
 
 def main() -> int:

@@ -80,7 +80,7 @@ def _record(args: argparse.Namespace) -> int:
                 "--drafter agspec-cost needs --cost-model (measure one with "
                 "`agspec costmodel measure --model MODEL -o cpu.json --threads N`)"
             )
-        from agspec.replay.run import resolve_cost_model
+        from agspec.lab.run import resolve_cost_model
 
         cost_model = resolve_cost_model(args.cost_model, context_tokens=args.n_ctx)
     names = load_tasks(args.tasks)

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agspec.drafter.protocol import CallDrafter, DrafterServer
 from agspec.pipeline import agents
 from agspec.pipeline.executor import ExecResult, run_patch, run_tests
 from agspec.pipeline.tasks import Task, TaskError, load_task
-from agspec.protocol import CallDrafter, DrafterServer
 from agspec.traces import render_call
 from agspec.traces.schema import Artifact, Call, Message, Session
 

@@ -4,9 +4,9 @@
     GET /metrics (Prometheus text)
 
 A route validates the request (`agspec.serve.schema`), renders and tokenizes the prompt
-off the event loop, resolves the session (`agspec.sessions`), and hands a `Job` to the
-engine's decode worker; it then waits on an asyncio queue that the worker fills from its
-thread. Nothing here decodes. A client that disconnects sets the job's cancel flag,
+off the event loop, resolves the session (`agspec.drafter.session_inference`), and hands a
+`Job` to the engine's decode worker; it then waits on an asyncio queue that the worker
+fills from its thread. Nothing here decodes. A client that disconnects sets the job's cancel flag,
 which the generation loop checks before every step. Every error is an OpenAI-shaped body
 (`{"error": {"message", "type", "param", "code"}}`); a stream that fails after it started
 ends with such an object as its last `data:` event, then `[DONE]`.
@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agspec.drafter.session_inference import agent_name
 from agspec.serve.chat import parse_tool_calls
 from agspec.serve.engine import Delta, Engine, Failed, Finished, Job, QueueFull
 from agspec.serve.metrics import CONTENT_TYPE
@@ -43,7 +44,6 @@ from agspec.serve.schema import (
     parse_chat,
     parse_completion,
 )
-from agspec.sessions import agent_name
 
 __all__ = ["create_app"]
 

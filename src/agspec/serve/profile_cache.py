@@ -72,7 +72,7 @@ def cached_cost_profile(
 ) -> tuple[Path, bool]:
     """(path of the profile for this model, CPU and thread count; True if it was cached)."""
     from agspec.cli.costmodel_cmd import measure_profile
-    from agspec.costmodel import ProfileCostModel
+    from agspec.policy.costmodel import ProfileCostModel
 
     key_src = json.dumps(
         [model_sha256(model_path), cpu_name(), os.cpu_count(), threads, _build_info()]

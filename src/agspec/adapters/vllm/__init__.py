@@ -11,7 +11,8 @@ One dictionary switches it on, offline or in `vllm serve`:
 The session and agent of a request come from `SamplingParams(extra_args={"agspec_session":
 ..., "agspec_agent": ...})`, or, through the OpenAI API, from `vllm_xargs` (the OpenAI SDK
 passes it in `extra_body`); without them the session is inferred from the prompt tokens
-(`agspec.sessions`). The proposer is `agspec.adapters.vllm.proposer.AgSpecProposer`;
+(`agspec.drafter.session_inference`). The proposer is
+`agspec.adapters.vllm.proposer.AgSpecProposer`;
 `agspec.adapters.vllm.weights` makes the Hugging Face folder vLLM loads from a pinned GGUF.
 
 >>> cfg = speculative_config(16)
