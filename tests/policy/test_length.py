@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agspec.policy import length as length_mod
 from agspec.policy.caps import (
     AcceptanceRecord,
     CapsFileError,
