@@ -4,7 +4,7 @@ Replays every session of each source sequentially, one call at a time, with gree
 acceptance (the longest common prefix of the draft and the recorded output, plus the
 bonus token), for each drafter named on the command line: a baseline family of
 `agspec.baselines.registry.make_family` (`suffix-64`, `suffix-64-local`, ...) or an AgSpec
-variant of `agspec.drafter.VARIANTS` (`agspec`, `agspec-on-suffix-tree`, ...); `NAME@D`
+variant of `agspec.drafter.VARIANTS` (`agspec`, `agspec-paper-on-suffix-tree`, ...); `NAME@D`
 sets the suffix-tree engine's depth to D for that drafter (default: the engine's 64).
 
 Global corpus: the replay lab's two-fold split (`agspec.lab.run.fold_of`): a session is
@@ -21,7 +21,7 @@ replay lab measures it since issue 15 (before: the wall clock); server construct
 and reported apart as build seconds).
 
     python benchmarks/bench_baselines.py --sources swe-agent chatdev \\
-        --drafters suffix-64 suffix-64-local agspec agspec-on-suffix-tree
+        --drafters suffix-64 suffix-64-local agspec-paper agspec-paper-on-suffix-tree
 
 `--traces-dir DIR` reads `DIR/<source>.jsonl` made by `agspec traces import` (e.g.
 `agspec traces import swe-agent ../shared/data/traces/swe-agent-java -o DIR/swe-agent.jsonl`);
@@ -135,7 +135,7 @@ def bench(
     """One drafter over one source: a fresh server per fold, sessions in file order.
 
     `name@D` runs drafter `name` with the suffix-tree engine at tree depth D (matches of
-    up to D - 1 tokens, match + draft <= D), e.g. `agspec-on-suffix-tree@96`.
+    up to D - 1 tokens, match + draft <= D), e.g. `agspec-paper-on-suffix-tree@96`.
     """
     base, _, depth = name.partition("@")
     saved = drafter.ENGINES["suffix-tree"]
@@ -185,7 +185,7 @@ def _bench(
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sources", nargs="+", choices=sorted(SOURCES), default=["swe-agent"])
-    ap.add_argument("--drafters", nargs="+", default=["suffix-64", "agspec"])
+    ap.add_argument("--drafters", nargs="+", default=["suffix-64", "agspec-paper"])
     ap.add_argument("--traces-dir", type=Path, help="folder of <source>.jsonl (agspec format)")
     ap.add_argument("--limit-sessions", type=int, help="first N sessions of each source")
     ap.add_argument("--max-draft", type=int, default=32, help="tokens asked per propose")

@@ -68,7 +68,7 @@ def replay_loop(
     no EOS in the output, `propose(budget)` at every step, a draft covering the rest of
     the output commits no bonus token. `emission` overrides the session's format.
     """
-    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec"])
+    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec-paper"])
     fmt = emission or session.emission_format
     dsession = server.session(session.session_id, emission_format=fmt)
     out: list[list[int]] = []
@@ -122,7 +122,8 @@ def replay_lab(path: Path, budget: int) -> dict[tuple[str, int], list[int]]:
         plain.write_bytes(gzip.decompress(path.read_bytes()))
     sessions = load_sessions([plain], tok)
     pairs = [
-        (s, AgSpecServer(tokenizer=tok, config=VARIANTS["agspec"], name="agspec")) for s in sessions
+        (s, AgSpecServer(tokenizer=tok, config=VARIANTS["agspec-paper"], name="agspec-paper"))
+        for s in sessions
     ]
     res = replay_batched(pairs, batch_size=1, cost_model=Flat(), max_draft_tokens=budget)
     out: dict[tuple[str, int], list[int]] = {}

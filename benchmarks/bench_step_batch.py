@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--variant", default="agspec-cost-plus")
+    ap.add_argument("--variant", default="agspec-paper")
     ap.add_argument("--max-draft", type=int, default=16)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()

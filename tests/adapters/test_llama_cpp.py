@@ -288,7 +288,7 @@ class _LlamaTokenizer:
         return list(self._llm.tokenize(text.encode(), add_bos=False))
 
 
-@pytest.mark.parametrize("variant", ["agspec", "agspec-cost"])
+@pytest.mark.parametrize("variant", ["agspec-paper", "agspec"])
 def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None:
     """The real AgSpec drafter inside the own loop: a session whose second call retries
     the first (what agents do after a failed attempt). Both calls give plain greedy's
@@ -323,7 +323,7 @@ def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None
 
 def test_stock_hook_with_an_agspec_session(llama_module, model_path, llm) -> None:
     """The drop-in path with the real drafter: `create_completion` through
-    `AgSpecLlamaDraftModel` fed by one AgSpec session (`agspec-cost`), the same prompt
+    `AgSpecLlamaDraftModel` fed by one AgSpec session (`agspec-paper+cost`), the same prompt
     asked twice. The text equals plain greedy's (up to near-ties) and the second answer
     is drafted from the first."""
     from agspec.drafter import VARIANTS, AgSpecServer
@@ -331,7 +331,7 @@ def test_stock_hook_with_an_agspec_session(llama_module, model_path, llm) -> Non
 
     server = AgSpecServer(
         tokenizer=_LlamaTokenizer(llm),
-        config=VARIANTS["agspec-cost"],
+        config=VARIANTS["agspec-paper+cost"],
         cost_model=get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"),
     )
     session = server.session("hook")

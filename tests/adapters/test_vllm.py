@@ -43,11 +43,15 @@ def test_speculative_config_defaults() -> None:
 def test_options_travel_in_the_class_name(tmp_path: Path) -> None:
     corpus = tmp_path / "g.idx"
     corpus.write_bytes(b"x")  # only its existence is checked here
-    cfg = speculative_config(8, variant="agspec-plus", global_corpus=str(corpus))
+    cfg = speculative_config(
+        8, variant="agspec-paper+recent+history+cap32", global_corpus=str(corpus)
+    )
     module, name = cfg["model"].rsplit(".", 1)
     assert "." not in name and name.startswith("AgSpecProposer__")
     cls = getattr(importlib.import_module(module), name)  # what vLLM does
-    assert cls.options_override == ProposerOptions(variant="agspec-plus", global_corpus=str(corpus))
+    assert cls.options_override == ProposerOptions(
+        variant="agspec-paper+recent+history+cap32", global_corpus=str(corpus)
+    )
     assert getattr(importlib.import_module(module), name) is cls
     assert json.loads(json.dumps(cfg)) == cfg  # fits --speculative-config as JSON
 
@@ -58,7 +62,7 @@ def test_options_travel_in_the_class_name(tmp_path: Path) -> None:
         ({"variant": "nope"}, "unknown AgSpec variant"),
         ({"global_corpus": "/no/such/file.idx"}, "no file at"),
         ({"colour": "red"}, "unknown AgSpec option"),
-        ({"variant": "agspec-cost"}, "needs cost_profile"),
+        ({"variant": "agspec-paper+cost"}, "needs cost_profile"),
         ({"batch_size": 0}, "must be positive"),
     ],
 )

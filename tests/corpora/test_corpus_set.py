@@ -120,7 +120,7 @@ class CharTokenizer:
         return [ord(c) for c in text]
 
 
-@pytest.mark.parametrize("variant", ["agspec", "agspec-cost-plus", "agspec-request-only"])
+@pytest.mark.parametrize("variant", ["agspec-paper", "agspec", "agspec-paper-request-only"])
 def test_step_batch_equals_one_call_at_a_time(variant):
     """Many requests stepped together draft exactly what they draft one call at a time."""
     from agspec.policy.costmodel import get_cost_model
@@ -183,7 +183,7 @@ def test_step_batch_refusing_one_request_leaves_the_others_whole():
         server = AgSpecServer(
             tokenizer=CharTokenizer(),
             global_corpus=GlobalCorpus.build(docs),
-            config=VARIANTS["agspec"],
+            config=VARIANTS["agspec-paper"],
         )
         calls = []
         for i in range(3):

@@ -51,7 +51,7 @@ def test_real_model_call_is_lossless_and_replays_exactly() -> None:
     prompt_ids, _ = render_call(call)
     llm = LlamaLLM(str(MODEL), name="qwen", n_ctx=512)
     plain = llm.generate(prompt_ids, None, 12, 16)
-    server = AgSpecServer(tokenizer=tok, config=VARIANTS["agspec"])
+    server = AgSpecServer(tokenizer=tok, config=VARIANTS["agspec-paper"])
     dsession = server.session("s", emission_format="none")
     spec = llm.generate(prompt_ids, dsession.call("localizer", "localize", 0), 12, 16)
     assert spec.tokens == plain.tokens, "greedy output changed by drafting (near-tie flip?)"

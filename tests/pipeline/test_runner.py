@@ -24,7 +24,7 @@ WRONG_FIX = (
 
 
 def _agspec() -> AgSpecServer:
-    return AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec"])
+    return AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec-paper"])
 
 
 def _replies(*coder: str) -> dict[str, list[str]]:
@@ -131,17 +131,31 @@ def test_record_cli_skips_recorded_sessions(
     rec = Recorder(out)
     _write(rec, "paginate")
     # Everything asked for is there: no model is loaded (the model name is not even valid).
-    assert cli_main(["record", "paginate", "-o", str(out), "--model", "/nonexistent.gguf"]) == 0
+    # (--drafter agspec-paper: the default drafter would first ask for a cost model for
+    # a model that is not the default one, see the last assertion.)
+    paper = ["--drafter", "agspec-paper"]
+    assert (
+        cli_main(["record", "paginate", "-o", str(out), "--model", "/nonexistent.gguf", *paper])
+        == 0
+    )
     assert "0 recorded, 1 already there" in capsys.readouterr().out
-    assert cli_main(["record", "paginate", "leap-years", "-o", str(out), "--model", "/x.gguf"]) == 1
+    assert (
+        cli_main(["record", "paginate", "leap-years", "-o", str(out), "--model", "/x.gguf", *paper])
+        == 1
+    )
     assert "does not exist" in capsys.readouterr().err
+    # The cost-aware default refuses a model without a cost profile before anything loads.
+    assert cli_main(["record", "paginate", "-o", str(out), "--model", "/nonexistent.gguf"]) == 1
+    assert "needs --cost-model" in capsys.readouterr().err
 
 
 def test_record_cli_agspec_cost_needs_a_cost_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "t.jsonl"
-    args = ["record", "paginate", "-o", str(out), "--drafter", "agspec-cost"]
+    # A model other than the default one has no shipped profile: --cost-model is needed.
+    model = ["--model", str(tmp_path / "x.gguf")]
+    args = ["record", "paginate", "-o", str(out), "--drafter", "agspec-paper+cost", *model]
     assert cli_main(args) == 1
     assert "needs --cost-model" in capsys.readouterr().err
     assert cli_main([*args, "--cost-model", str(tmp_path / "missing.json")]) == 1
@@ -149,14 +163,16 @@ def test_record_cli_agspec_cost_needs_a_cost_model(
 
 
 def test_agspec_cost_curves_carry_from_session_to_session(tmp_path: Path) -> None:
-    """`agspec record --drafter agspec-cost --curves FILE`: every session's fresh server
+    """`agspec record --drafter agspec-paper+cost --curves FILE`: every session's fresh server
     starts from the curves the sessions before it saved."""
     from agspec.cli.record_cmd import _agspec_factory
     from agspec.policy.costmodel import get_cost_model
 
     curves = tmp_path / "curves.json"
     factory = _agspec_factory(
-        "agspec-cost", get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"), str(curves)
+        "agspec-paper+cost",
+        get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"),
+        str(curves),
     )
     prior = factory().lengths.survival
     run_session(

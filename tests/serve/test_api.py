@@ -1,7 +1,7 @@
 """`agspec serve` through the real `openai` client, against real server processes.
 
 Two servers start once for the module, on free ports, with SmolLM2-135M: one drafting
-with AgSpec (`--drafter agspec`), one plain (`--drafter none`). The oracle for AgSpec's
+with AgSpec (`--drafter agspec-paper`), one plain (`--drafter none`). The oracle for AgSpec's
 greedy output is the plain server, token for token; where llama.cpp's batched kernels
 flip a near-tie the outputs may part at one position, which is accepted only when the
 one-token logits of the two candidates there are within `NEAR_TIE_LOGITS` (computed

@@ -3,7 +3,7 @@
 `SuffixTreeIndex` wraps `arctic_inference.suffix_decoding._C.SuffixTree(max_depth)` behind
 the `TokenIndex` interface of docs/design.md ("Retrieval engines"), so the corpora, the
 source preference and the length policy of AgSpec run unchanged on an engine they did not
-come from (`AgSpecConfig(engine="suffix-tree")`, variant "agspec-on-suffix-tree").
+come from (`AgSpecConfig(engine="suffix-tree")`, variant "agspec-paper-on-suffix-tree").
 
 What the tree answers, and how its answers map onto the interface:
 

@@ -18,13 +18,13 @@ from typing import Any
 
 LADDERS: dict[str, tuple[str, ...]] = {
     "corpora": (
-        "agspec-request-only",
-        "agspec-session",
-        "agspec-session+workspace",
-        "agspec-session+workspace+forms",
-        "agspec",
+        "agspec-paper-request-only",
+        "agspec-paper-session",
+        "agspec-paper-session+workspace",
+        "agspec-paper-session+workspace+forms",
+        "agspec-paper",
     ),
-    "length": ("agspec-static", "agspec-match", "agspec-cap", "agspec"),
+    "length": ("agspec-paper-static", "agspec-paper-match", "agspec-paper-cap", "agspec-paper"),
 }
 
 

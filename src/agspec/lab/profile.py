@@ -39,7 +39,10 @@ def acceptance_records(
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     config = replace(
-        VARIANTS["agspec"], use_global=False, length_mode="static", static_length_tokens=max_tokens
+        VARIANTS["agspec-paper"],
+        use_global=False,
+        length_mode="static",
+        static_length_tokens=max_tokens,
     )
     server = AgSpecServer(tokenizer=tokenizer, config=config, name="profile")
     out: dict[str, list[AcceptanceRecord]] = {}

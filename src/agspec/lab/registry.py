@@ -122,7 +122,9 @@ def make_server(
     _load_agspec_entries()
     if name not in DRAFTERS:
         known = ", ".join(drafter_names())
-        raise ValueError(f"unknown drafter {name!r}; known: {known}")
+        from agspec.drafter.variants import renamed_hint
+
+        raise ValueError(f"unknown drafter {name!r}{renamed_hint(name)}; known: {known}")
     return DRAFTERS[name](global_docs, tokenizer, cost_model, batch_size)
 
 

@@ -278,8 +278,9 @@ class Engine:
 
         assert self.cost_profile_path is not None
         cost_model = ProfileCostModel.load(self.cost_profile_path)
-        # `agspec` is the CPU-tuned default: the cost-aware length (docs/costmodel.md §5b).
-        variant = "agspec-cost" if name == "agspec" else name
+        # Every AgSpec variant prices its drafts with the measured profile; the default
+        # `agspec` takes its length from it (docs/costmodel.md §5b).
+        variant = name
         if variant in VARIANTS:
             cfg = replace(
                 VARIANTS[variant],

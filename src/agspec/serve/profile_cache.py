@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["cached_cost_profile", "profile_cache_dir", "model_sha256", "cpu_name"]
 
-# A short measurement: n = 1..32 (the longest draft of agspec-cost is 32, and the
+# A short measurement: n = 1..32 (the longest draft of agspec-paper+cost is 32, and the
 # verification batch holds one more token), 3 rounds over every n, 512 tokens of context.
 SHORT_MAX_TOKENS = 33
 SHORT_REPEATS = 3

@@ -18,8 +18,8 @@ passes it in `extra_body`); without them the session is inferred from the prompt
 >>> cfg = speculative_config(16)
 >>> cfg["method"], cfg["model"], cfg["num_speculative_tokens"]
 ('custom_class', 'agspec.adapters.vllm.proposer.AgSpecProposer', 16)
->>> speculative_config(8, variant="agspec-plus")["model"]  # options ride in the class name
-'agspec.adapters.vllm.proposer.AgSpecProposer__eyJ2YXJpYW50IjoiYWdzcGVjLXBsdXMifQ'
+>>> speculative_config(8, variant="agspec-paper")["model"]  # options ride in the class name
+'agspec.adapters.vllm.proposer.AgSpecProposer__eyJ2YXJpYW50IjoiYWdzcGVjLXBhcGVyIn0'
 """
 
 from __future__ import annotations

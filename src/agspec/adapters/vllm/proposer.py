@@ -70,7 +70,7 @@ class ProposerOptions:
 
     variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
     `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
-    `agspec-cost-profile` JSON (needed by the `agspec-cost*` variants); tokenizer: a
+    `agspec-cost-profile` JSON (needed by the `agspec-paper+cost*` variants); tokenizer: a
     tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
     tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
     a request finishes, with its counters.
