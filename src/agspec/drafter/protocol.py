@@ -25,6 +25,28 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 
+def greedy_commit(
+    draft: Sequence[int], reference: Sequence[int], start: int
+) -> tuple[int, Sequence[int]]:
+    """What a greedy verifier commits when the model's output from `start` on is
+    `reference[start:]`: (accept length, committed tokens). The committed tokens are the
+    accepted draft prefix plus the model's own next token (the bonus), unless the draft
+    already covered the rest of the reference. The one greedy accept rule of the lab, the
+    cap profiler and the pipeline's scripted model.
+
+    >>> greedy_commit([8, 9, 10], [7, 8, 9, 12, 13], 1)
+    (2, [8, 9, 12])
+    >>> greedy_commit([12, 13, 14], [7, 8, 9, 12, 13], 3)
+    (2, [12, 13])
+    """
+    end = len(reference)
+    limit = min(len(draft), end - start)
+    accepted = 0
+    while accepted < limit and draft[accepted] == reference[start + accepted]:
+        accepted += 1
+    return accepted, reference[start : start + accepted + 1]
+
+
 @runtime_checkable
 class CallDrafter(Protocol):
     """A per-call drafter: `begin / propose / accept / end`."""

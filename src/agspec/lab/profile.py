@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.drafter.protocol import greedy_commit
 from agspec.policy.caps import AcceptanceRecord, ProfiledCap
 from agspec.policy.costmodel import CostModel, break_even_accept_prob
 
@@ -60,12 +61,9 @@ def acceptance_records(
             pos = 0
             while pos < len(output):
                 draft = d.propose(max_tokens)
-                r = 0
-                while r < len(draft) and pos + r < len(output) and draft[r] == output[pos + r]:
-                    r += 1
+                r, commit = greedy_commit(draft, output, pos)
                 if draft:
                     recs.append(AcceptanceRecord(r, len(draft)))
-                commit = output[pos : pos + r + 1]
                 d.accept(commit)
                 pos += len(commit)
             d.end()

@@ -32,6 +32,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agspec.drafter.protocol import greedy_commit
 from agspec.lab.records import ReplaySession, StepRecorder
 
 BATCH_COST_RULES = ("mean", "max")
@@ -301,16 +302,10 @@ def _session_steps(
                     f"drafter {getattr(server, 'name', server)!r} proposed {num_drafted} "
                     f"tokens, more than the {max_draft_tokens} asked for"
                 )
-            remaining = num_out - pos
-            limit = num_drafted if num_drafted < remaining else remaining
-            accepted = 0
-            while accepted < limit and draft[accepted] == out[pos + accepted]:
-                accepted += 1
-            # The bonus token, unless the draft already covered the rest of the output.
-            committed = accepted if accepted == remaining else accepted + 1
+            accepted, committed_ids = greedy_commit(draft, out, pos)
+            committed = len(committed_ids)
             match_length = getattr(drafter, "last_match_length", None)
             source = getattr(drafter, "last_source", None)
-            committed_ids = out[pos : pos + committed]
             w2 = wall()
             c2 = cpu()
             drafter.accept(committed_ids)
