@@ -546,9 +546,11 @@ def test_out_of_range_sizes_and_wrong_types_are_clear_errors():
     for n in (2**64 - 1, 2**31, -1):
         with pytest.raises(ValueError, match=r"max_tokens must be in \[0, 2\^31\)"):
             cur.continuation(n)
-    for bad in (1.7, "2", None):
+    for bad in (1.7, "2", None, True, np.bool_(True)):
         with pytest.raises(TypeError, match="must be an int"):
             cur.continuation(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="max_occurrences must be an int"):
+            cur.continuation(2, max_occurrences=bad)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="must be an int"):
             cur.occurrences(bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_occurrences"):

@@ -275,7 +275,12 @@ class MatchCursor:
         # The hot path: plain ints in range go straight through; anything else (or a
         # TypeError from comparing it) takes the checks below, which say what is wrong.
         try:
-            if 0 <= max_tokens <= INT32_MAX and 1 <= max_occurrences <= 64:
+            if (
+                type(max_tokens) is int
+                and type(max_occurrences) is int
+                and 0 <= max_tokens <= INT32_MAX
+                and 1 <= max_occurrences <= 64
+            ):
                 code = _RULES[rule]
                 return list(self._native.continuation(max_tokens, code, max_occurrences))
         except (TypeError, KeyError):
