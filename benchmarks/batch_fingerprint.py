@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from agspec.corpora import GlobalCorpus
-from agspec.policy.costmodel import get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
+from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 
