@@ -69,7 +69,16 @@ class AgSpecCall:
             return KeyError(f"{what}: session {self.session.session_id!r} was ended or evicted")
         return RuntimeError(f"{what} needs begin() first and no end()")
 
-    def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
+    def begin(self, prompt_ids: Sequence[int] | np.ndarray, *, known_tokens: int = 0) -> None:
+        """Starts the call with its prompt.
+
+        `known_tokens`: how many leading prompt tokens the session has already seen (an
+        earlier request's prompt, or its prompt and answer), when the caller knows (the
+        session resolver of `agspec.drafter.session_inference` does): the session corpus
+        then indexes only what follows, without looking at the known text at all
+        (`SessionCorpus.add_prompt`). Without it, a prompt that extends the session's
+        previous one costs one list comparison, not a re-split.
+        """
         if self._begun:
             raise RuntimeError("begin() was already called for this call")
         self.session._check_open()
@@ -83,13 +92,28 @@ class AgSpecCall:
             else as_tokens(prompt_ids, what="prompt_ids").tolist()
         )
         tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
+        if (
+            isinstance(known_tokens, bool)
+            or not isinstance(known_tokens, int)
+            or not 0 <= known_tokens <= len(prompt)
+        ):
+            raise ValueError(
+                f"known_tokens must be an int in [0, {len(prompt)}] (the prompt's length), "
+                f"got {known_tokens!r}"
+            )
         sess = self.session
         entries: list[tuple[str, Any, ContinuationRule]] = []
         appends: list[tuple[Any, int]] = []
         if cfg.use_session:
             if not sess.frozen:
                 before = sess.session_corpus.num_tokens
-                sess.session_corpus.add_prompt(self._doc_id, prompt)
+                sess.session_corpus.add_prompt(
+                    self._doc_id,
+                    prompt,
+                    # Nothing is known to a session corpus that holds nothing (evicted and
+                    # started afresh under the same id).
+                    known_tokens=known_tokens if sess.session_corpus.num_tokens else 0,
+                )
                 server._grew(sess, sess.session_corpus.num_tokens - before)
             entries.append(("session", sess.session_corpus.index, cfg.session_rule))
             self._index_output = not sess.frozen
