@@ -90,6 +90,7 @@ class AgSpecServer:
         )
         self.curves_path = curves_path
         self.cost_mode = cfg.length_mode == "cost"
+        self.min_match_tokens = cfg.min_match_tokens
         self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._live_tokens = 0  # sum of the live sessions' _counted
