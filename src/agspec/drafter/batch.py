@@ -14,20 +14,29 @@ def step_batch(
     calls: Sequence[AgSpecCall],
     committed: Sequence[Sequence[int] | np.ndarray | None],
     max_tokens: Sequence[int] | int,
+    *,
+    batch_size: int | None = None,
 ) -> list[list[int]]:
     """One verification step for many requests at once: accept, then propose.
 
     `committed[i]` is what the engine committed for `calls[i]` since its last step (its
     accepted draft prefix plus one token; None or empty right after `begin`), and
-    `max_tokens[i]` bounds its next draft. Returns the drafts, in order. Equivalent to
-    `accept` on every call, then `propose` on every call (so requests of one session see
-    each other's tokens of this step), with every corpus of every request moved in one
-    native call and every match read in another (one per call with a non-native engine).
+    `max_tokens[i]` bounds its next draft. `batch_size` (an engine whose batch changes
+    every step: vLLM) prices the cost rule at that many requests from this step on
+    (`AgSpecServer.set_batch_size`); None keeps the server's. Returns the drafts, in
+    order. Equivalent to `accept` on every call, then `propose` on every call (so
+    requests of one session see each other's tokens of this step), with every corpus of
+    every request moved in one native call, every match read in another and every
+    continuation copied in a third (one per call with a non-native engine).
     The calls may belong to different sessions of one server, or of several.
 
     >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
     """
     n = len(calls)
+    if batch_size is not None:
+        # The cost rule prices this step's drafts at the engine's live batch size.
+        for server in {id(call.session.server): call.session.server for call in calls}.values():
+            server.set_batch_size(batch_size)
     if len(committed) != n:
         raise ValueError(f"committed has {len(committed)} entries for {n} calls")
     if type(max_tokens) is int:
@@ -35,7 +44,7 @@ def step_batch(
             raise ValueError(f"max_tokens must be ints in [0, 65536], got {max_tokens!r}")
         caps = [max_tokens] * n
     else:
-        raw = [max_tokens] * n if isinstance(max_tokens, np.integer) else list(max_tokens)
+        raw = [max_tokens] * n if isinstance(max_tokens, (int, np.integer)) else list(max_tokens)
         if len(raw) != n:
             raise ValueError(f"max_tokens has {len(raw)} entries for {n} calls")
         for k in raw:

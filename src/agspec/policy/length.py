@@ -122,11 +122,8 @@ class DraftLengthPolicy:
                     "variant 'cost' needs step_costs: the cost of verifying 1, 2, ... tokens "
                     "(a cost profile from `agspec costmodel measure`)"
                 )
-            costs = [float(c) for c in step_costs]
-            if not all(math.isfinite(c) and c > 0 for c in costs):
-                raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
-            self.step_costs: list[float] = [c / costs[0] for c in costs]
-            self.survival = survival or MatchSurvival(max_tokens=len(costs) - 1)
+            self.step_costs: list[float] = self.normalized_costs(step_costs)
+            self.survival = survival or MatchSurvival(max_tokens=len(self.step_costs) - 1)
             # Running batch state for `best_length_in_batch` (start: no drafts, 1 token).
             self.mean_draft, self.mean_committed = 0.0, 1.0
         else:
@@ -141,6 +138,18 @@ class DraftLengthPolicy:
         self.model = model
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.static_tokens = check_int("static_tokens", static_tokens, minimum=1)
+
+    @staticmethod
+    def normalized_costs(step_costs: Sequence[float]) -> list[float]:
+        """Step costs relative to verifying one token (checked: finite and > 0).
+
+        >>> DraftLengthPolicy.normalized_costs([2.0, 3.0, 5.0])
+        [1.0, 1.5, 2.5]
+        """
+        costs = [float(c) for c in step_costs]
+        if not all(math.isfinite(c) and c > 0 for c in costs):
+            raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
+        return [c / costs[0] for c in costs]
 
     def draft_length(
         self,
