@@ -220,6 +220,27 @@ def test_history_corpus_carries_outputs_across_sessions():
     assert c.propose(8) == [] or c.last_source == "session"
 
 
+def test_history_is_fed_live_so_concurrent_calls_share_answers():
+    """A call's committed tokens reach the history corpus as they are committed: a call of
+    another session running at the same time drafts from them before the first call ends
+    (SuffixDecoding's response tree does the same), and ending the call adds nothing twice."""
+    cfg = AgSpecConfig(use_global=False, use_history=True)
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=cfg)
+    writer = server.session("a").call("coder", "code", 1)
+    writer.begin(toks("\x00task A"))
+    for ch in "print('hello world')":
+        writer.propose(8)
+        writer.accept(toks(ch))  # one plain token per step (no draft accepted)
+    reader = server.session("b").call("coder", "code", 1)  # while `writer` is still live
+    reader.begin(toks("\x00task B: print('hel"))
+    draft = reader.propose(8)
+    assert reader.last_source == "history"
+    assert draft and draft == toks("lo world')")[: len(draft)]
+    before = server.history.num_tokens
+    writer.end()
+    assert server.history.num_tokens == before  # nothing appended at end()
+
+
 def test_min_match_gate_drops_short_matches():
     cfg = AgSpecConfig(use_global=False, min_match_tokens=4)
     sess = AgSpecServer(tokenizer=CharTokenizer(), config=cfg).session("s")

@@ -129,17 +129,21 @@ class AgSpecServer:
         self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
         self._history_docs = 0
 
-    def add_history(self, output_ids: list[int]) -> None:
-        """Adds a finished call's output to the history corpus (when enabled).
+    def open_history(self) -> tuple[Any, int] | None:
+        """A new document of the history corpus for one call's output: (index, doc id), or
+        None when the history corpus is off. The call appends every token it commits, as
+        it commits it, so calls running at the same time draft from each other's answers
+        while they are written (as SuffixDecoding's response tree does).
 
-        Past the budget the history is started afresh (oldest text goes first).
+        Past the budget the history is started afresh (the oldest text goes first); calls
+        still writing to the old one keep it until they end.
         """
-        if self.history is None or not output_ids:
-            return
-        if self.history.num_tokens + len(output_ids) > self.config.history_budget_tokens:
+        if self.history is None:
+            return None
+        if self.history.num_tokens >= self.config.history_budget_tokens:
             self.history = ENGINES[self.config.engine]()
-        self.history.extend_list(self._history_docs, output_ids)
         self._history_docs += 1
+        return self.history, self._history_docs
 
     def save_scales(self) -> None:
         """Writes what the server learned online (atomically) so it survives a restart:
