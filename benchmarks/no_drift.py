@@ -275,8 +275,13 @@ def _write(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python", default=sys.executable, help="the tree's interpreter")
-    ap.add_argument("--work", required=True, help="scratch folder: imported traces, run folders")
-    ap.add_argument("--json", required=True, help="write the rows here")
+    ap.add_argument("--work", default=None, help="scratch folder: imported traces, run folders")
+    ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument(
+        "--table-of",
+        default=None,
+        help="replay nothing: the table of this earlier --json (with --compare: both)",
+    )
     ap.add_argument("--markdown", default=None, help="write the table here")
     ap.add_argument("--compare", default=None, help="an earlier --json: before / after table")
     ap.add_argument("--tolerance", type=float, default=0.01, help="tokens/step (default 0.01)")
@@ -310,6 +315,16 @@ def main(argv: list[str] | None = None) -> int:
     before = None
     if a.compare is not None:
         before = json.loads(Path(a.compare).read_text(encoding="utf-8"))
+    if a.table_of is not None:
+        text = markdown(
+            json.loads(Path(a.table_of).read_text(encoding="utf-8")), before, a.tolerance
+        )
+        if a.markdown is not None:
+            _write(Path(a.markdown), text)
+        print(text)
+        return 0
+    if a.work is None or a.json is None:
+        ap.error("--work and --json are needed to replay (or --table-of to only print)")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
