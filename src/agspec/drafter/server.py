@@ -116,7 +116,7 @@ class AgSpecServer:
             "history": cfg.history_rule,
         }
         self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
-        self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
+        self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
 
     def add_history(self, output_ids: list[int]) -> None:
@@ -127,7 +127,7 @@ class AgSpecServer:
         if self.history is None or not output_ids:
             return
         if self.history.num_tokens + len(output_ids) > self.config.history_budget_tokens:
-            self.history = ENGINES[self.config.engine]()
+            self.history = ENGINES.get(self.config.engine)()
         self.history.extend_list(self._history_docs, output_ids)
         self._history_docs += 1
 
@@ -183,7 +183,7 @@ class AgSpecServer:
             call._release()
         s._calls.clear()
         if self._empty is None:
-            factory = ENGINES[self.config.engine]
+            factory = ENGINES.get(self.config.engine)
             self._empty = (
                 SessionCorpus(separator_id=self.separator_id, index_factory=factory),
                 WorkspaceCorpus(self.tokenizer.encode, "none", index_factory=factory),
