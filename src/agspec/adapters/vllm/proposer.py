@@ -62,6 +62,7 @@ PROPOSER_PATH = f"{__name__}.{CLASS_NAME}"
 ENV_OPTIONS = "AGSPEC_VLLM_OPTIONS"
 _ENCODED_PREFIX = CLASS_NAME + "__"
 _MAX_SESSION_STATS = 10_000
+_MAX_AGENT_CACHE = 1_024
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,11 @@ class AgSpecProposer:
             cost_model=cost_model,
             name=f"vllm-{options.variant}",
         )
+        # The cost rule prices a draft at the batch it is verified in; vLLM's batch changes
+        # every step, so the proposer reprices at each step's number of drafting rows.
+        self._cost_model = cost_model if self.server.cost_mode else None
+        self._priced_batch = options.batch_size
+        self._costs_by_batch: dict[int, list[float]] = {}
         self.resolver = SessionResolver(
             ttl_s=options.session_ttl_s, max_sessions=options.max_sessions
         )
@@ -191,6 +197,7 @@ class AgSpecProposer:
         self._reqs: dict[str, _Request] = {}
         self._active: dict[str, _Request] = {}  # requests with an open call
         self._runner: Any = None
+        self._agent_cache: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._counters: dict[str, float] = dict.fromkeys(
             (
                 "requests_begun",
@@ -280,6 +287,8 @@ class AgSpecProposer:
             fed.append(feed)
             caps.append(k if room >= k else max(room, 0))
             slots.append((i, st))
+        if self._cost_model is not None and len(calls) != self._priced_batch and calls:
+            self._price_at(len(calls))
         # One pass for the batch: every call's corpora fed in one native call, every
         # match read in another, then each draft planned and copied (agspec.drafter).
         drafts = step_batch(calls, fed, caps) if calls else []
@@ -300,6 +309,23 @@ class AgSpecProposer:
         c["drafts"] += drafts_count
         c["propose_s"] += time.perf_counter() - t0
         return out
+
+    def _price_at(self, batch: int) -> None:
+        """Reprices the cost rule for a step of `batch` drafting rows: the step costs of
+        the cost profile at that batch size (normalised to one token), and the ragged-batch
+        pricing on iff batch > 1 (agspec.policy.cost_length.best_length_in_batch)."""
+        server = self.server
+        lengths = server.lengths
+        costs = self._costs_by_batch.get(batch)
+        if costs is None:
+            assert self._cost_model is not None
+            top = server.config.cost_max_draft_tokens + 1
+            raw = [float(self._cost_model.step_cost(n, batch)) for n in range(1, top + 1)]
+            costs = self._costs_by_batch[batch] = [c / raw[0] for c in raw]
+        lengths.step_costs = costs
+        lengths.batch_size = batch
+        server.batch_cost_mode = batch > 1
+        self._priced_batch = batch
 
     # -- lifecycle (called by the runner hook) ---------------------------------------
     def on_update_states(self, runner: Any, scheduler_output: Any, before: bool) -> None:
@@ -386,6 +412,9 @@ class AgSpecProposer:
         return _Request(session_id=sid, agent=agent, prompt=prompt, resolution=resolution)
 
     def _agent_of(self, prompt: list[int]) -> str:
+        """`agent_name` of the prompt's system message. The name is cached by the
+        message's token ids: an agent's requests repeat its system prompt, and decoding
+        it costs more than hashing it."""
         from agspec.sessions import agent_name
 
         tok = self.tokenizer
@@ -395,10 +424,18 @@ class AgSpecProposer:
             end = prompt.index(tok.im_end_id, 1)
         except ValueError:
             return agent_name(None)
-        head = tok.decode(prompt[1:end])
-        if not head.startswith("system\n"):
-            return agent_name(None)
-        return agent_name(head[len("system\n") :])
+        key = tuple(prompt[1:end])
+        cache = self._agent_cache
+        name = cache.get(key)
+        if name is not None:
+            cache.move_to_end(key)
+            return name
+        head = tok.decode(list(key))
+        name = agent_name(head[len("system\n") :] if head.startswith("system\n") else None)
+        cache[key] = name
+        if len(cache) > _MAX_AGENT_CACHE:
+            cache.popitem(last=False)
+        return name
 
     def _suspend(self, rid: str, st: _Request) -> None:
         if st.call is not None:
