@@ -4,10 +4,10 @@ Replays every session of each source sequentially, one call at a time, with gree
 acceptance (the longest common prefix of the draft and the recorded output, plus the
 bonus token), for each drafter named on the command line: a baseline family of
 `agspec.baselines.registry.make_family` (`suffix-64`, `suffix-64-local`, ...) or an AgSpec
-variant of `agspec.drafter.VARIANTS` (`agspec`, `agspec-on-suffix-tree`, ...); `NAME@D`
+variant of `agspec.drafter.VARIANTS` (`agspec`, `agspec-paper-on-suffix-tree`, ...); `NAME@D`
 sets the suffix-tree engine's depth to D for that drafter (default: the engine's 64).
 
-Global corpus: the replay lab's two-fold split (`agspec.replay.run.fold_of`): a session is
+Global corpus: the replay lab's two-fold split (`agspec.lab.run.fold_of`): a session is
 replayed by a server whose global corpus is the recorded outputs of the other fold's
 sessions, so it never holds the session itself. Families that cache earlier responses
 (SuffixDecoding's global tree) also add, when each call ends, the responses of the
@@ -21,7 +21,7 @@ replay lab measures it since issue 15 (before: the wall clock); server construct
 and reported apart as build seconds).
 
     python benchmarks/bench_baselines.py --sources swe-agent chatdev \\
-        --drafters suffix-64 suffix-64-local agspec agspec-on-suffix-tree
+        --drafters suffix-64 suffix-64-local agspec-paper agspec-paper-on-suffix-tree
 
 `--traces-dir DIR` reads `DIR/<source>.jsonl` made by `agspec traces import` (e.g.
 `agspec traces import swe-agent ../shared/data/traces/swe-agent-java -o DIR/swe-agent.jsonl`);
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from agspec import drafter
-from agspec.replay.records import ReplayCall, ReplaySession
-from agspec.replay.registry import make_server
-from agspec.replay.run import fold_of, global_docs_by_fold, load_sessions
+from agspec.lab.records import ReplayCall, ReplaySession
+from agspec.lab.registry import make_server
+from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
 from agspec.tokenizers import get_tokenizer
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
@@ -135,12 +135,12 @@ def bench(
     """One drafter over one source: a fresh server per fold, sessions in file order.
 
     `name@D` runs drafter `name` with the suffix-tree engine at tree depth D (matches of
-    up to D - 1 tokens, match + draft <= D), e.g. `agspec-on-suffix-tree@96`.
+    up to D - 1 tokens, match + draft <= D), e.g. `agspec-paper-on-suffix-tree@96`.
     """
     base, _, depth = name.partition("@")
     saved = drafter.ENGINES["suffix-tree"]
     if depth:
-        from agspec.engines.arctic import SuffixTreeIndex
+        from agspec.index.suffix_tree import SuffixTreeIndex
 
         drafter.ENGINES["suffix-tree"] = lambda: SuffixTreeIndex(int(depth))
     try:
@@ -185,7 +185,7 @@ def _bench(
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sources", nargs="+", choices=sorted(SOURCES), default=["swe-agent"])
-    ap.add_argument("--drafters", nargs="+", default=["suffix-64", "agspec"])
+    ap.add_argument("--drafters", nargs="+", default=["suffix-64", "agspec-paper"])
     ap.add_argument("--traces-dir", type=Path, help="folder of <source>.jsonl (agspec format)")
     ap.add_argument("--limit-sessions", type=int, help="first N sessions of each source")
     ap.add_argument("--max-draft", type=int, default=32, help="tokens asked per propose")

@@ -20,8 +20,8 @@ import numpy as np
 
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import break_even_accept_prob, get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 
@@ -77,7 +77,9 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--max-draft", type=int, default=32)
-    ap.add_argument("--variant", default="agspec", help="AgSpec variant (agspec.drafter.VARIANTS)")
+    ap.add_argument(
+        "--variant", default="agspec-paper", help="AgSpec variant (agspec.drafter.VARIANTS)"
+    )
     ap.add_argument(
         "--cost-model",
         default="h200-qwen2.5-32b",

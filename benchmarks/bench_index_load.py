@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_token_index as bench  # noqa: E402
 
-from agspec.token_index import TokenIndex  # noqa: E402
+from agspec.index.token_index import TokenIndex  # noqa: E402
 
 
 def build(path: Path, num_tokens: int, traces: Path) -> None:

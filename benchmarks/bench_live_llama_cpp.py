@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     from agspec.adapters.llama_cpp import AgSpecLlamaDraftModel, generate, import_llama_cpp, prefill
+    from agspec.lab.registry import make_server
     from agspec.models import resolve_model
-    from agspec.replay.registry import make_server
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import render_call
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = get_tokenizer("qwen2.5")
     drafters = [d for d in args.drafters.split(",") if d]
 
-    from agspec.costmodel import ProfileCostModel
+    from agspec.policy.costmodel import ProfileCostModel
 
     cost_model = None
     if args.cost_profile:

@@ -10,11 +10,11 @@ so this is the same network as on llama.cpp with another kernel library and prec
 
 Before the measured methods, the script times one forward pass verifying n = 1..33 tokens
 after a 1024-token context and writes it as an `agspec-cost-profile` (the cost model
-`agspec-cost` needs); on float32 CPU matmuls, 16 tokens cost about 2 decode steps
+`agspec-paper+cost` needs); on float32 CPU matmuls, 16 tokens cost about 2 decode steps
 instead of llama.cpp's 5.
 
     python benchmarks/bench_live_transformers.py --calls 6 --max-new-tokens 128 \
-        --drafters agspec,agspec-cost --out /tmp/live-tf.json
+        --drafters agspec,agspec-paper+cost --out /tmp/live-tf.json
 
 Every method's output is compared with plain greedy's, token for token.
 """
@@ -70,7 +70,7 @@ def compared(reference: list[int], out: list[int], seconds: float) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", default=str(DEFAULT_TRACES))
-    ap.add_argument("--drafters", default="agspec,agspec-cost")
+    ap.add_argument("--drafters", default="agspec,agspec-paper+cost")
     ap.add_argument("--calls", type=int, default=6, help="code calls to run")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", type=int, default=2048)
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agspec.adapters.transformers import generate_with_drafter, measure_cost_profile
-    from agspec.costmodel import ProfileCostModel
+    from agspec.lab.registry import make_server
     from agspec.models import resolve_model
-    from agspec.replay.registry import make_server
+    from agspec.policy.costmodel import ProfileCostModel
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import render_call
 

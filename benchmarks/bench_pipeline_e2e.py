@@ -40,7 +40,7 @@ def record(name: str, args: argparse.Namespace) -> float:
     out = Path(args.out_dir) / f"{name}.jsonl"
     cmd = [sys.executable, "-m", "agspec", "record", *args.tasks, "-o", str(out),
            "--drafter", name, "--threads", str(args.threads), "--no-progress"]  # fmt: skip
-    if name.startswith("agspec-cost"):
+    if name.startswith("agspec-paper+cost"):
         cmd += ["--cost-model", args.cost_model]
         if args.learn_across_sessions:
             cmd += ["--curves", str(Path(args.out_dir) / f"{name}.curves.json")]
@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tasks", nargs="*", default=["all"], help="bundled task names (default all)")
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--drafters", default="none,agspec,agspec-cost")
+    ap.add_argument("--drafters", default="none,agspec,agspec-paper+cost")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cost-model", default=None, help="profile for agspec-cost")
+    ap.add_argument("--cost-model", default=None, help="profile for agspec-paper+cost")
     ap.add_argument(
         "--learn-across-sessions",
         action="store_true",
-        help="agspec-cost keeps its acceptance curves from session to session (--curves)",
+        help="agspec-paper+cost keeps its acceptance curves from session to session (--curves)",
     )
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--out", default=None, help="write the results as JSON")
@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [d for d in args.drafters.split(",") if d]
     if "none" not in names:
         names.insert(0, "none")
-    if any(n.startswith("agspec-cost") for n in names) and not args.cost_model:
-        ap.error("agspec-cost needs --cost-model (agspec costmodel measure)")
+    if any(n.startswith("agspec-paper+cost") for n in names) and not args.cost_model:
+        ap.error("agspec-paper+cost needs --cost-model (agspec costmodel measure)")
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     for name in names:
         seconds = record(name, args)

@@ -9,7 +9,7 @@ compared with two replays of the same AgSpec configuration on the recorded outpu
   draft budget per step (`min(num_draft_tokens, max_new_tokens - produced - 1)`), the
   output ids re-encoded from the recorded text with the final `<|im_end|>` when the live
   call stopped at EOS; accept = LCP(draft, recorded continuation), commit accept + 1.
-- **lab**: the replay lab itself (`agspec.replay.load_sessions` + `replay_batched` at
+- **lab**: the replay lab itself (`agspec.lab.load_sessions` + `replay_batched` at
   B = 1, `max_draft_tokens = num_draft_tokens`, no global corpus), which does not model
   EOS and picks a session's emission format by majority of calls.
 
@@ -68,7 +68,7 @@ def replay_loop(
     no EOS in the output, `propose(budget)` at every step, a draft covering the rest of
     the output commits no bonus token. `emission` overrides the session's format.
     """
-    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec"])
+    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec-paper"])
     fmt = emission or session.emission_format
     dsession = server.session(session.session_id, emission_format=fmt)
     out: list[list[int]] = []
@@ -108,8 +108,8 @@ def majority_emission(session: Session) -> str:
 
 def replay_lab(path: Path, budget: int) -> dict[tuple[str, int], list[int]]:
     """Per (session, call index), accept lengths from the replay lab's simulator."""
-    from agspec.replay.run import load_sessions
-    from agspec.replay.simulator import replay_batched
+    from agspec.lab.run import load_sessions
+    from agspec.lab.simulator import replay_batched
 
     class Flat:
         def step_cost(self, n_tokens: int, batch_size: int) -> float:
@@ -122,7 +122,8 @@ def replay_lab(path: Path, budget: int) -> dict[tuple[str, int], list[int]]:
         plain.write_bytes(gzip.decompress(path.read_bytes()))
     sessions = load_sessions([plain], tok)
     pairs = [
-        (s, AgSpecServer(tokenizer=tok, config=VARIANTS["agspec"], name="agspec")) for s in sessions
+        (s, AgSpecServer(tokenizer=tok, config=VARIANTS["agspec-paper"], name="agspec-paper"))
+        for s in sessions
     ]
     res = replay_batched(pairs, batch_size=1, cost_model=Flat(), max_draft_tokens=budget)
     out: dict[tuple[str, int], list[int]] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_drafter import DIRS, TRACES
 
-from agspec.token_index import TokenIndex
+from agspec.index.token_index import TokenIndex
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 

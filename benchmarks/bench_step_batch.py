@@ -21,8 +21,8 @@ import numpy as np
 
 from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 
@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--variant", default="agspec-cost-plus")
+    ap.add_argument("--variant", default="agspec-paper")
     ap.add_argument("--max-draft", type=int, default=16)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from arctic_inference.suffix_decoding import SuffixDecodingCache
 
     from agspec.baselines.registry import make_family
-    from agspec.replay.run import fold_of, global_docs_by_fold, load_sessions
+    from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
     from agspec.tokenizers import get_tokenizer
 
     every = load_sessions([a.trace], get_tokenizer("qwen2.5"))

@@ -214,7 +214,7 @@ def pct(values: Sequence[float], q: float) -> float:
 def bench_ours(
     docs: list[np.ndarray], query: np.ndarray, sample: list[int], overhead_ns: float
 ) -> tuple[dict[str, float], dict[int, Draft]]:
-    from agspec.token_index import TokenIndex
+    from agspec.index.token_index import TokenIndex
 
     release_memory()
     rss0 = rss_bytes()

@@ -16,19 +16,19 @@ from pathlib import Path
 import numpy as np
 
 from agspec.corpora import GlobalCorpus
-from agspec.costmodel import get_cost_model
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import import_traces, render_call
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
 DEFAULT_VARIANTS = [
+    "agspec-paper",
     "agspec",
-    "agspec-cost-plus",
-    "agspec-request-only",
-    "agspec-session",
-    "agspec-plus",
+    "agspec-paper-request-only",
+    "agspec-paper-session",
+    "agspec-paper+recent+history+cap32",
 ]
 
 

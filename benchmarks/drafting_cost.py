@@ -13,7 +13,7 @@ the setup part (`begin`, `end`, `open_artifact`, outside `propose`/`accept`).
 
     flock /tmp/agspec-bench.lock python benchmarks/drafting_cost.py \\
         --before-src /tmp/before/src --traces traces/chatdev.jsonl traces/swe-agent.jsonl \\
-        --drafters pld-hf suffix-64 agspec --after-only suffix-cache -o runs/drafting-cost
+        --drafters pld-hf suffix-64 agspec-paper --after-only suffix-cache -o runs/drafting-cost
 """
 
 from __future__ import annotations

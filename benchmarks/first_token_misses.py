@@ -46,13 +46,13 @@ def next_token_counts(call: Any, source: str, cursor: Any, cache: dict) -> Count
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", help="an AgSpec trace file")
-    ap.add_argument("--variant", default="agspec-cost-plus")
+    ap.add_argument("--variant", default="agspec-paper")
     ap.add_argument("--sessions", type=int, default=12)
     ap.add_argument("--cost-model", default="h200-qwen2.5-32b")
     args = ap.parse_args(argv)
 
-    from agspec.costmodel import get_cost_model
     from agspec.drafter import VARIANTS, AgSpecServer
+    from agspec.policy.costmodel import get_cost_model
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import read_sessions, render_call
 

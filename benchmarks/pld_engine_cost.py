@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
     from agspec.baselines.pld import PLD_HF, prompt_lookup
-    from agspec.replay.run import load_sessions
+    from agspec.lab.run import load_sessions
     from agspec.tokenizers import get_tokenizer
 
     torch.set_num_threads(1)  # the thread clock counts this thread only

@@ -7,7 +7,7 @@ share of steps and of output tokens in each, which says what limits the drafter:
 match (no draft), the wrong continuation (rejected at the first token), or drafts too
 short (full accepts that end early).
 
-    agspec replay traces/chatdev.jsonl --drafters agspec-cost-plus oracle --batch-size 1 \
+    agspec replay traces/chatdev.jsonl --drafters agspec oracle --batch-size 1 \
         --cost-model h200-qwen2.5-32b -o runs/why
     python benchmarks/step_breakdown.py runs/why
 """

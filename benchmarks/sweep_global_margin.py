@@ -13,8 +13,9 @@ import sys
 from dataclasses import replace
 
 from agspec.cli import main as cli_main
-from agspec.drafter import VARIANTS, replay_factory
-from agspec.replay.registry import register_drafter
+from agspec.drafter import VARIANTS
+from agspec.drafter.replay import replay_factory
+from agspec.lab.registry import register_drafter
 
 
 def main() -> int:
@@ -22,7 +23,7 @@ def main() -> int:
     ap.add_argument("traces", nargs="+")
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--deltas", type=int, nargs="+", default=[0, 2, 4, 8, 16, 64])
-    ap.add_argument("--base", default="agspec", help="variant whose δ is swept")
+    ap.add_argument("--base", default="agspec-paper", help="variant whose δ is swept")
     ap.add_argument("--cost-model", default="h200-qwen2.5-32b")
     ap.add_argument("--limit-sessions", type=int)
     args = ap.parse_args()

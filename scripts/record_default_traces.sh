@@ -13,7 +13,7 @@ MAX_TURNS=${MAX_TURNS:-3}
 mkdir -p "$OUT_DIR"
 start=$(date +%s)
 PYTHONPATH=src python -m agspec record all -o "$OUT_DIR/default.jsonl" \
-  --model qwen2.5-coder-0.5b --drafter agspec --max-turns "$MAX_TURNS" \
+  --model qwen2.5-coder-0.5b --drafter agspec-paper --max-turns "$MAX_TURNS" \
   --max-new-tokens "$MAX_NEW_TOKENS" --localizer-max-new-tokens 64 \
   --num-draft-tokens 16 --threads 1 "$@"
 echo "recording wall time: $(( $(date +%s) - start )) s" >&2

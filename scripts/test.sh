@@ -23,7 +23,7 @@ if [ "${AGSPEC_TEST_ENGINES:-1}" = "1" ]; then
     for m in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct; do
         $PY -m agspec models fetch "$m" || echo "warning: could not fetch $m; its tests will skip" >&2
     done
-    # mini-swe-agent in its own venv for tests/test_serve_agent.py (a second or so when cached).
+    # mini-swe-agent in its own venv for tests/serve/test_agent.py (a second or so when cached).
     bash scripts/install_agent.sh "$PY" >/dev/null \
         || echo "warning: could not install mini-swe-agent; its test will skip" >&2
 fi
@@ -46,7 +46,7 @@ $PY -m ruff check src tests benchmarks scripts
 $PY -m ruff format --check src tests benchmarks scripts
 # clang-format from its pinned PyPI wheel, run through the package (no PATH lookup).
 $PY -c "import sys, clang_format; sys.exit(clang_format.clang_format())" \
-    --dry-run -Werror cpp/*.cc cpp/*.h cpp/tests/*.cc
+    --dry-run -Werror cpp/*.cc cpp/index/*.cc cpp/index/*.h cpp/tests/*.cc
 echo "== mypy"
 $PY -m mypy
 
@@ -68,7 +68,7 @@ if [ "${AGSPEC_TEST_VLLM:-1}" = "1" ] && [ $rc -eq 0 ]; then
     if vpy=$(bash scripts/install_vllm.sh | tail -n 1) && [ -x "$vpy" ]; then
         set +e
         VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} "$vpy" -m pytest -q \
-            -p no:cacheprovider tests/test_adapter_vllm.py tests/test_adapter_vllm_serve.py
+            -p no:cacheprovider tests/adapters/test_vllm.py tests/adapters/test_vllm_serve.py
         rc=$?
         set -e
     else

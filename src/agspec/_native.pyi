@@ -1,5 +1,5 @@
 """
-AgSpec native token index (C++). Use agspec.token_index, not this module.
+AgSpec native token index (C++). Use agspec.index.token_index, not this module.
 """
 
 from collections.abc import Sequence

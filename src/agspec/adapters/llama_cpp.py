@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agspec.protocol import CallDrafter
+from agspec.drafter.protocol import CallDrafter
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_cpp import Llama

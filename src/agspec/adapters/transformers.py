@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agspec.protocol import CallDrafter
+from agspec.drafter.protocol import CallDrafter
 
 
 def _import_torch_transformers() -> tuple[Any, Any]:

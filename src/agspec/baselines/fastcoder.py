@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agspec.baselines.rest import (
+from agspec.baselines._base import (
     CallLifecycle,
     IndexedCorpus,
     check_artifact_args,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agspec.protocol import CallDrafter
+from agspec.drafter.protocol import CallDrafter
 
 
 @dataclass(frozen=True)

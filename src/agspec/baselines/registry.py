@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from agspec.protocol import DrafterServer
+from agspec.drafter.protocol import DrafterServer
 
 FAMILY_NAMES: tuple[str, ...] = (
     "pld-hf",

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agspec.baselines.rest import (
+from agspec.baselines._base import (
     CallLifecycle,
     IndexedCorpus,
     StaticSession,

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from agspec.baselines.rest import (
+from agspec.baselines._base import (
     CallLifecycle,
     StaticSession,
     check_global_docs,

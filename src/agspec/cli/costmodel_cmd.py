@@ -4,7 +4,7 @@ GGUF file that transformers dequantizes).
 
 For n = 1 … `--max-tokens` it times one forward pass that evaluates n tokens after a
 `--context-tokens` context (median of `--repeats`, KV cache rolled back after each pass)
-and writes an `agspec-cost-profile` (see `agspec.costmodel.ProfileCostModel`):
+and writes an `agspec-cost-profile` (see `agspec.policy.costmodel.ProfileCostModel`):
 
     {"format": "agspec-cost-profile", "version": 1, "backend": "llama.cpp",
      "model": "qwen2.5-coder-0.5b-instruct", "device": "cpu (2 threads)",

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load_cost_model(spec: str, context_tokens: int):  # noqa: ANN202
-    from agspec.costmodel import ProfileCostModel, get_cost_model
+    from agspec.policy.costmodel import ProfileCostModel, get_cost_model
 
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agspec._files import check_not_input
-    from agspec.profile import profile_caps
+    from agspec.lab.profile import profile_caps
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import read_sessions
 

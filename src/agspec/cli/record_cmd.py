@@ -22,6 +22,10 @@ from agspec.pipeline.recorder import Recorder
 from agspec.pipeline.runner import SOURCE, CallLive, PipelineConfig, run_session
 from agspec.pipeline.tasks import load_task, load_tasks
 
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+# The shipped llama.cpp profile of the default model on a 2-core EPYC (docs/costmodel.md).
+DEFAULT_COST_PROFILE = "epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -29,24 +33,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("tasks", nargs="+", metavar="TASK", help="bundled task names, or all")
     parser.add_argument("-o", "--output", required=True, help="trace file (.jsonl)")
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="pinned name or GGUF path")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="pinned name or GGUF path")
     parser.add_argument(
         "--drafter",
-        choices=("agspec", "agspec-cost", "none"),
+        choices=("agspec", "agspec-paper", "agspec-paper+cost", "none"),
         default="agspec",
-        help="agspec: the paper's length rule; agspec-cost: lengths from --cost-model "
-        "(faster on a CPU, docs/live.md); none: plain decoding",
+        help="agspec (the default: cost-aware lengths from --cost-model, most recent "
+        "occurrences, the history corpus); agspec-paper: the paper's method; "
+        "agspec-paper+cost: the paper's retrieval with cost-aware lengths; none: plain decoding",
     )
     parser.add_argument(
         "--cost-model",
         default=None,
-        help="for --drafter agspec-cost: a cost profile from `agspec costmodel measure` "
-        "(path) or a preset name",
+        help="for the cost-aware drafters (agspec, agspec-paper+cost): a cost profile from "
+        "`agspec costmodel measure` (path) or a preset name; default for the default model: "
+        f"the shipped profile {DEFAULT_COST_PROFILE}",
     )
     parser.add_argument(
         "--curves",
         default=None,
-        help="for --drafter agspec-cost: keep its learned acceptance curves in this file, "
+        help="for the cost-aware drafters: keep their learned acceptance curves in this file, "
         "so each session starts from what the earlier ones learned",
     )
     parser.add_argument("--max-turns", type=int, default=3, help="coder attempts per task")
@@ -74,13 +80,16 @@ def _record(args: argparse.Namespace) -> int:
         test_timeout_s=args.test_timeout,
     )
     cost_model = None
-    if args.drafter == "agspec-cost":
+    if args.drafter in ("agspec", "agspec-paper+cost"):
+        if not args.cost_model and args.model == DEFAULT_MODEL:
+            args.cost_model = DEFAULT_COST_PROFILE
         if not args.cost_model:
             raise ValueError(
-                "--drafter agspec-cost needs --cost-model (measure one with "
-                "`agspec costmodel measure --model MODEL -o cpu.json --threads N`)"
+                f"--drafter {args.drafter} needs --cost-model for --model {args.model} "
+                "(measure one with `agspec costmodel measure --model MODEL -o cpu.json "
+                "--threads N`), or use --drafter agspec-paper"
             )
-        from agspec.replay.run import resolve_cost_model
+        from agspec.lab.run import resolve_cost_model
 
         cost_model = resolve_cost_model(args.cost_model, context_tokens=args.n_ctx)
     names = load_tasks(args.tasks)

@@ -1,4 +1,4 @@
-"""`agspec replay TRACES... -o DIR` and `agspec report DIR...` (see `agspec.replay`).
+"""`agspec replay TRACES... -o DIR` and `agspec report DIR...` (see `agspec.lab`).
 
 Example:
 
@@ -121,9 +121,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from agspec.replay.registry import drafter_names
-    from agspec.replay.report import format_table
-    from agspec.replay.run import RunConfig, load_sessions, mark_run_complete, run_replay
+    from agspec.lab.registry import drafter_names
+    from agspec.lab.report import format_table
+    from agspec.lab.run import RunConfig, load_sessions, mark_run_complete, run_replay
     from agspec.tokenizers import get_tokenizer
 
     drafters = tuple(args.drafters) if args.drafters else tuple(drafter_names())
@@ -146,8 +146,8 @@ def _replay(args: argparse.Namespace) -> int:
         extra={"caps": args.caps} if args.caps else {},
     )
     if args.caps:
-        from agspec.drafter import set_replay_caps
-        from agspec.policy.length import ProfiledCap
+        from agspec.drafter.replay import set_replay_caps
+        from agspec.policy.caps import ProfiledCap
 
         set_replay_caps(ProfiledCap.load(args.caps))
     tokenizer = get_tokenizer(args.tokenizer)
@@ -171,7 +171,7 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"split: {config.split_description()}")
     print(format_table(entries))
     if not args.no_plots:
-        from agspec.replay.plots import write_plots
+        from agspec.lab.plots import write_plots
 
         write_plots(entries, args.out, ladder=args.ladder)
     mark_run_complete(args.out)  # last: the folder is a finished run from here on
@@ -180,7 +180,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from agspec.replay.report import (
+    from agspec.lab.report import (
         format_agent_table,
         format_markdown,
         format_table,
@@ -198,7 +198,7 @@ def _report(args: argparse.Namespace) -> int:
             print(f"mean accept length per agent, B={b}")
             print(format_agent_table(entries, batch_size=b))
     if args.plots:
-        from agspec.replay.plots import write_plots
+        from agspec.lab.plots import write_plots
 
         for path in write_plots(entries, args.plots, ladder=args.ladder):
             print(f"wrote {path}", file=sys.stderr)

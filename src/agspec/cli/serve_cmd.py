@@ -42,9 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--drafter",
         default="agspec",
-        help="agspec (agspec-cost: cost-aware lengths, the CPU default), none "
-        "(plain decoding), an AgSpec variant (agspec-cost-plus, agspec-gated, "
-        "...) or a baseline of the replay lab (pld-hf, suffix-64, ...)",
+        help="agspec (the default: cost-aware lengths from the measured profile, most recent "
+        "occurrences, the history corpus), none (plain decoding), another AgSpec variant "
+        "(agspec-paper, agspec-paper+cost, ...; docs/drafter.md) or a baseline of the replay "
+        "lab (pld-hf, suffix-64, ...)",
     )
     p.add_argument(
         "--cost-profile",

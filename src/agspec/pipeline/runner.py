@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agspec.drafter.protocol import CallDrafter, DrafterServer, greedy_commit
 from agspec.pipeline import agents
 from agspec.pipeline.executor import ExecResult, run_patch, run_tests
 from agspec.pipeline.tasks import Task, TaskError, load_task
-from agspec.protocol import CallDrafter, DrafterServer
 from agspec.traces import render_call
 from agspec.traces.schema import Artifact, Call, Message, Session
 
@@ -200,11 +200,7 @@ class ScriptedLLM:
         while len(out) < max_new_tokens:
             want = min(num_draft_tokens, max_new_tokens - len(out) - 1)
             draft = drafter.propose(want)[:want] if drafter is not None and want > 0 else []
-            rest = target[len(out) :]
-            acc = 0
-            while acc < len(draft) and acc < len(rest) and draft[acc] == rest[acc]:
-                acc += 1
-            committed = rest[: acc + 1]
+            acc, committed = greedy_commit(draft, target, len(out))
             steps.append((len(draft), acc, len(committed)))
             out.extend(committed)
             if drafter is not None:

@@ -1,21 +1,18 @@
 """Retrieval and draft-length policies (layer 3): which corpus, which occurrence, how many.
 
 The draft-length part lives in `agspec.policy.length`; the cost of verification that
-decides p* lives in `agspec.costmodel`.
+decides p* lives in `agspec.policy.costmodel`.
 """
 
-from agspec.policy.length import (
-    VARIANTS,
+from agspec.policy.caps import (
     AcceptanceRecord,
     CapsFileError,
-    DraftLengthPolicy,
-    LengthDecision,
-    OnlineScale,
-    OnlineScaleConfig,
     ProfiledCap,
     acceptance_curve,
     cap_from_curve,
 )
+from agspec.policy.length import VARIANTS, DraftLengthPolicy, LengthDecision
+from agspec.policy.scale import OnlineScale, OnlineScaleConfig
 
 __all__ = [
     "VARIANTS",

@@ -2,7 +2,8 @@
 
 Layers: `app` (ASGI routes, validation in `schema`, chat templates and tool calls in
 `chat`) → `engine` (one decode worker thread over `agspec.adapters.llama_cpp.generate`,
-text and stop strings in `text`) → session inference (`agspec.sessions`) → the drafter
-(`agspec.drafter.AgSpecServer`). `metrics` (Prometheus), `record` (`--record` traces),
-`profile_cache` (the start-up cost profile). Needs the `serve` extra.
+text and stop strings in `text`) → session inference
+(`agspec.drafter.session_inference`) → the drafter (`agspec.drafter.AgSpecServer`).
+`metrics` (Prometheus), `record` (`--record` traces), `profile_cache` (the start-up cost
+profile). Needs the `serve` extra.
 """

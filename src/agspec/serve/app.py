@@ -4,9 +4,9 @@
     GET /metrics (Prometheus text)
 
 A route validates the request (`agspec.serve.schema`), renders and tokenizes the prompt
-off the event loop, resolves the session (`agspec.sessions`), and hands a `Job` to the
-engine's decode worker; it then waits on an asyncio queue that the worker fills from its
-thread. Nothing here decodes. A client that disconnects sets the job's cancel flag,
+off the event loop, resolves the session (`agspec.drafter.session_inference`), and hands a
+`Job` to the engine's decode worker; it then waits on an asyncio queue that the worker
+fills from its thread. Nothing here decodes. A client that disconnects sets the job's cancel flag,
 which the generation loop checks before every step. Every error is an OpenAI-shaped body
 (`{"error": {"message", "type", "param", "code"}}`); a stream that fails after it started
 ends with such an object as its last `data:` event, then `[DONE]`.
@@ -24,7 +24,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agspec.drafter.session_inference import agent_name
 from agspec.serve.chat import parse_tool_calls
 from agspec.serve.engine import Delta, Engine, Failed, Finished, Job, QueueFull
 from agspec.serve.metrics import CONTENT_TYPE
@@ -43,7 +44,6 @@ from agspec.serve.schema import (
     parse_chat,
     parse_completion,
 )
-from agspec.sessions import agent_name
 
 __all__ = ["create_app"]
 
@@ -384,7 +384,53 @@ async def _events_until_done(
             return
 
 
-async def _chat_stream(
+_DONE = b"data: [DONE]\n\n"
+
+
+async def _stream(
+    job: Job,
+    events: asyncio.Queue[Any],
+    count: Any,
+    *,
+    opening: list[dict[str, Any]],
+    on_delta: Callable[[str], dict[str, Any]],
+    on_finish: Callable[[Finished, str], list[dict[str, Any]]],
+) -> AsyncIterator[bytes]:
+    """The server-sent events of one streamed answer, for both endpoints: the `opening`
+    chunks, a chunk per text delta, then the endpoint's closing chunks (`on_finish(done,
+    text_sent)`) and `[DONE]`; a failure sends its OpenAI-shaped error body and `[DONE]`.
+    A client that goes away (the generator is closed early) cancels the job; every
+    outcome is counted once (`count(status)`)."""
+    sent = ""
+    finished = False
+    try:
+        for c in opening:
+            yield _sse(c)
+        async for ev in _events_until_done(job, events):
+            if isinstance(ev, Delta):
+                sent += ev.text
+                yield _sse(on_delta(ev.text))
+                continue
+            finished = True
+            if isinstance(ev, Failed):
+                count(str(ev.error.status))
+                yield _sse(ev.error.body())
+                yield _DONE
+                return
+            if ev.finish_reason == "cancelled":
+                count("499")
+                return
+            for c in on_finish(ev, sent):
+                yield _sse(c)
+            yield _DONE
+            count("200")
+    finally:
+        if not finished:
+            job.cancel.set()  # the client went away (the stream was cancelled)
+            count("499")
+
+
+def _chat_stream(
     job: Job, events: asyncio.Queue[Any], cid: str, created: int, model: str,
     include_usage: bool, count: Any,
 ) -> AsyncIterator[bytes]:  # fmt: skip
@@ -397,48 +443,30 @@ async def _chat_stream(
             c["usage"] = None
         return c
 
-    sent = ""
-    finished = False
-    try:
-        yield _sse(chunk({"role": "assistant", "content": ""}))
-        async for ev in _events_until_done(job, events):
-            if isinstance(ev, Delta):
-                sent += ev.text
-                yield _sse(chunk({"content": ev.text}))
-            elif isinstance(ev, Failed):
-                finished = True
-                count(str(ev.error.status))
-                yield _sse(ev.error.body())
-                yield b"data: [DONE]\n\n"
-                return
-            else:
-                finished = True
-                if ev.finish_reason == "cancelled":
-                    count("499")
-                    return
-                answer = ev.answer or {"role": "assistant", "content": ev.text}
-                calls = answer.get("tool_calls")
-                rest = (answer.get("content") or "") if calls else ev.text[len(sent) :]
-                if rest:
-                    yield _sse(chunk({"content": rest}))
-                if calls:
-                    deltas = [{"index": i, **c} for i, c in enumerate(calls)]
-                    yield _sse(chunk({"tool_calls": deltas}))
-                yield _sse(chunk({}, "tool_calls" if calls else ev.finish_reason))
-                if include_usage:
-                    yield _sse({
-                        "id": cid, "object": "chat.completion.chunk", "created": created,
-                        "model": model, "choices": [], "usage": _usage(ev),
-                    })  # fmt: skip
-                yield b"data: [DONE]\n\n"
-                count("200")
-    finally:
-        if not finished:
-            job.cancel.set()  # the client went away (the stream was cancelled)
-            count("499")
+    def on_finish(ev: Finished, sent: str) -> list[dict[str, Any]]:
+        answer = ev.answer or {"role": "assistant", "content": ev.text}
+        calls = answer.get("tool_calls")
+        rest = (answer.get("content") or "") if calls else ev.text[len(sent) :]
+        out = [chunk({"content": rest})] if rest else []
+        if calls:
+            out.append(chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}))
+        out.append(chunk({}, "tool_calls" if calls else ev.finish_reason))
+        if include_usage:
+            out.append({
+                "id": cid, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [], "usage": _usage(ev),
+            })  # fmt: skip
+        return out
+
+    return _stream(
+        job, events, count,
+        opening=[chunk({"role": "assistant", "content": ""})],
+        on_delta=lambda text: chunk({"content": text}),
+        on_finish=on_finish,
+    )  # fmt: skip
 
 
-async def _completion_stream(
+def _completion_stream(
     job: Job, events: asyncio.Queue[Any], cid: str, created: int, model: str,
     include_usage: bool, echo: str, count: Any,
 ) -> AsyncIterator[bytes]:  # fmt: skip
@@ -451,36 +479,16 @@ async def _completion_stream(
             c["usage"] = None
         return c
 
-    sent = ""
-    finished = False
-    try:
-        if echo:
-            yield _sse(chunk(echo))
-        async for ev in _events_until_done(job, events):
-            if isinstance(ev, Delta):
-                sent += ev.text
-                yield _sse(chunk(ev.text))
-            elif isinstance(ev, Failed):
-                finished = True
-                count(str(ev.error.status))
-                yield _sse(ev.error.body())
-                yield b"data: [DONE]\n\n"
-                return
-            else:
-                finished = True
-                if ev.finish_reason == "cancelled":
-                    count("499")
-                    return
-                rest = ev.text[len(sent) :]
-                yield _sse(chunk(rest, ev.finish_reason))
-                if include_usage:
-                    yield _sse({
-                        "id": cid, "object": "text_completion", "created": created,
-                        "model": model, "choices": [], "usage": _usage(ev),
-                    })  # fmt: skip
-                yield b"data: [DONE]\n\n"
-                count("200")
-    finally:
-        if not finished:
-            job.cancel.set()
-            count("499")
+    def on_finish(ev: Finished, sent: str) -> list[dict[str, Any]]:
+        out = [chunk(ev.text[len(sent) :], ev.finish_reason)]
+        if include_usage:
+            out.append({
+                "id": cid, "object": "text_completion", "created": created,
+                "model": model, "choices": [], "usage": _usage(ev),
+            })  # fmt: skip
+        return out
+
+    return _stream(
+        job, events, count, opening=[chunk(echo)] if echo else [], on_delta=chunk,
+        on_finish=on_finish,
+    )  # fmt: skip

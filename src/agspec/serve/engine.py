@@ -12,7 +12,7 @@ sampled verification), with:
   per-request deadline passed, a stop string completed, or the server is aborting.
 
 Everything that touches the drafter state (sessions, scales, curves) runs on this
-thread, so the drafter needs no lock; the session resolver (`agspec.sessions`) is
+thread, so the drafter needs no lock; the session resolver (`agspec.drafter.session_inference`) is
 thread-safe and is used from both sides. Sessions the resolver drops (TTL, LRU) are
 ended on the worker thread before its next job (their trace is written then, with
 `--record`).
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agspec.protocol import accept_length
+from agspec.drafter.protocol import accept_length
+from agspec.drafter.session_inference import Resolution, SessionResolver
 from agspec.serve.metrics import ServeMetrics
 from agspec.serve.schema import APIError, SamplingParams
 from agspec.serve.text import TextStream
-from agspec.sessions import Resolution, SessionResolver
 
 log = logging.getLogger("agspec.serve")
 
@@ -273,13 +273,14 @@ class Engine:
         name = self.config.drafter
         if name == "none":
             return None
-        from agspec.costmodel import ProfileCostModel, break_even_accept_prob
         from agspec.drafter import VARIANTS, AgSpecServer
+        from agspec.policy.costmodel import ProfileCostModel, break_even_accept_prob
 
         assert self.cost_profile_path is not None
         cost_model = ProfileCostModel.load(self.cost_profile_path)
-        # `agspec` is the CPU-tuned default: the cost-aware length (docs/costmodel.md §5b).
-        variant = "agspec-cost" if name == "agspec" else name
+        # Every AgSpec variant prices its drafts with the measured profile; the default
+        # `agspec` takes its length from it (docs/costmodel.md §5b).
+        variant = name
         if variant in VARIANTS:
             cfg = replace(
                 VARIANTS[variant],
@@ -299,7 +300,7 @@ class Engine:
                 scales_path=state / "scales.json" if state else None,
                 curves_path=state / "curves.json" if state else None,
             )
-        from agspec.replay.registry import drafter_names, make_server
+        from agspec.lab.registry import drafter_names, make_server
 
         if name not in drafter_names() or name == "oracle":
             known = ", ".join(["agspec", "none", *[n for n in drafter_names() if n != "oracle"]])

@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["cached_cost_profile", "profile_cache_dir", "model_sha256", "cpu_name"]
 
-# A short measurement: n = 1..32 (the longest draft of agspec-cost is 32, and the
+# A short measurement: n = 1..32 (the longest draft of agspec-paper+cost is 32, and the
 # verification batch holds one more token), 3 rounds over every n, 512 tokens of context.
 SHORT_MAX_TOKENS = 33
 SHORT_REPEATS = 3
@@ -72,7 +72,7 @@ def cached_cost_profile(
 ) -> tuple[Path, bool]:
     """(path of the profile for this model, CPU and thread count; True if it was cached)."""
     from agspec.cli.costmodel_cmd import measure_profile
-    from agspec.costmodel import ProfileCostModel
+    from agspec.policy.costmodel import ProfileCostModel
 
     key_src = json.dumps(
         [model_sha256(model_path), cpu_name(), os.cpu_count(), threads, _build_info()]

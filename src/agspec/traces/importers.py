@@ -12,10 +12,10 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
-from agspec.traces.chatdev import import_chatdev
-from agspec.traces.mini_swe_agent import import_mini_swe_agent
+from agspec.traces.formats.chatdev import import_chatdev
+from agspec.traces.formats.mini_swe_agent import import_mini_swe_agent
+from agspec.traces.formats.swe_agent import import_swe_agent
 from agspec.traces.schema import Session, TraceFormatError
-from agspec.traces.swe_agent import import_swe_agent
 
 __all__ = ["FORMATS", "Skipped", "import_traces", "iter_import", "find_trace_files"]
 

@@ -11,14 +11,15 @@ One dictionary switches it on, offline or in `vllm serve`:
 The session and agent of a request come from `SamplingParams(extra_args={"agspec_session":
 ..., "agspec_agent": ...})`, or, through the OpenAI API, from `vllm_xargs` (the OpenAI SDK
 passes it in `extra_body`); without them the session is inferred from the prompt tokens
-(`agspec.sessions`). The proposer is `agspec.adapters.vllm.proposer.AgSpecProposer`;
+(`agspec.drafter.session_inference`). The proposer is
+`agspec.adapters.vllm.proposer.AgSpecProposer`;
 `agspec.adapters.vllm.weights` makes the Hugging Face folder vLLM loads from a pinned GGUF.
 
 >>> cfg = speculative_config(16)
 >>> cfg["method"], cfg["model"], cfg["num_speculative_tokens"]
 ('custom_class', 'agspec.adapters.vllm.proposer.AgSpecProposer', 16)
->>> speculative_config(8, variant="agspec-plus")["model"]  # options ride in the class name
-'agspec.adapters.vllm.proposer.AgSpecProposer__eyJ2YXJpYW50IjoiYWdzcGVjLXBsdXMifQ'
+>>> speculative_config(8, variant="agspec-paper")["model"]  # options ride in the class name
+'agspec.adapters.vllm.proposer.AgSpecProposer__eyJ2YXJpYW50IjoiYWdzcGVjLXBhcGVyIn0'
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ Per request, one AgSpec call keyed by request id:
 
 - begun at the request's first step with its context (the prompt; after a preemption the
   prompt and the output so far), in the session named by `extra_args["agspec_session"]`,
-  else the session `agspec.sessions.SessionResolver` infers from the prompt tokens;
-  agent from `extra_args["agspec_agent"]`, else `agspec.sessions.agent_name` of the
+  else the session `agspec.drafter.session_inference.SessionResolver` infers from the prompt tokens;
+  agent from `extra_args["agspec_agent"]`, else `agspec.drafter.session_inference.agent_name` of the
   prompt's system message;
 - fed each step's committed tokens (`accept`), then asked for up to
   `num_speculative_tokens` tokens (`propose`; ragged lengths per row);
@@ -71,7 +71,7 @@ class ProposerOptions:
 
     variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
     `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
-    `agspec-cost-profile` JSON (needed by the `agspec-cost*` variants); tokenizer: a
+    `agspec-cost-profile` JSON (needed by the `agspec-paper+cost*` variants); tokenizer: a
     tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
     tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
     a request finishes, with its counters.
@@ -140,7 +140,7 @@ class _Request:
     session_id: str
     agent: str
     prompt: list[int]
-    resolution: Any  # agspec.sessions.Resolution, or None for an explicit session
+    resolution: Any  # agspec.drafter.session_inference.Resolution, or None for an explicit session
     call: AgSpecCall | None = None
     output: list[int] = field(default_factory=list)
     last_draft: list[int] = field(default_factory=list)
@@ -153,7 +153,7 @@ class AgSpecProposer:
     options_override: ProposerOptions | None = None  # set on the encoded subclasses
 
     def __init__(self, vllm_config: Any, options: ProposerOptions | None = None) -> None:
-        from agspec.sessions import SessionResolver
+        from agspec.drafter.session_inference import SessionResolver
 
         spec = vllm_config.speculative_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
@@ -173,7 +173,7 @@ class AgSpecProposer:
         self.global_load_s = time.perf_counter() - t
         cost_model = None
         if options.cost_profile is not None:
-            from agspec.costmodel import ProfileCostModel
+            from agspec.policy.costmodel import ProfileCostModel
 
             cost_model = ProfileCostModel.load(options.cost_profile)
         config = VARIANTS[options.variant]
@@ -415,7 +415,7 @@ class AgSpecProposer:
         """`agent_name` of the prompt's system message. The name is cached by the
         message's token ids: an agent's requests repeat its system prompt, and decoding
         it costs more than hashing it."""
-        from agspec.sessions import agent_name
+        from agspec.drafter.session_inference import agent_name
 
         tok = self.tokenizer
         if not prompt or prompt[0] != tok.im_start_id:

@@ -1,0 +1,288 @@
+// The one file that knows Python: nanobind bindings for the native token index.
+// The Python classes in agspec/index/token_index.py hold these objects as handles and do the
+// argument checking; this layer only converts types and releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "cursor_set.h"
+#include "token_index.h"
+
+namespace nb = nanobind;
+using agspec::CursorSet;
+using agspec::MatchCursor;
+using agspec::Token;
+using agspec::TokenIndex;
+
+using TokenArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+namespace {
+
+// Long calls run without the GIL; the index's own guards keep other threads out (a
+// racing call raises IndexStateError).
+constexpr size_t kReleaseGilTokens = 4096;
+
+// A handle the Python side can close; cursors keep only a weak reference. Every call
+// holds its own reference for its whole length, so close() in another thread (which
+// marks the index closed and drops the handle's reference) can never free an index
+// that a call without the GIL is still inside.
+struct IndexHandle {
+  std::shared_ptr<TokenIndex> index;
+
+  std::shared_ptr<TokenIndex> get() const {
+    if (!index) throw agspec::StateError("the index was closed");
+    return index;
+  }
+};
+
+// A token id from a Python int or an integer numpy scalar. Anything else (a float, a
+// str, a bool) is a TypeError, not truncated or parsed; outside [0, 2^31) a ValueError.
+Token token_id(nb::handle h) {
+  PyObject* o = h.ptr();
+  int overflow = 0;
+  long long v;
+  if (PyLong_CheckExact(o)) {
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  } else {
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+      throw nb::type_error(
+          (std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name).c_str());
+    }
+    nb::object i = nb::steal(PyNumber_Index(o));
+    if (!i.is_valid()) {
+      PyErr_Clear();
+      throw nb::type_error(
+          (std::string("a token id must be an int, got ") + Py_TYPE(o)->tp_name).c_str());
+    }
+    v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  }
+  if (overflow != 0 || v < 0 || v > INT32_MAX) {
+    throw nb::value_error(
+        ("token ids must be in [0, 2^31), got " + std::string(nb::repr(h).c_str())).c_str());
+  }
+  return static_cast<Token>(v);
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "AgSpec native token index (C++). Use agspec.index.token_index, not this module.";
+
+  nb::exception<agspec::FormatError>(m, "IndexFormatError", PyExc_ValueError);
+  nb::exception<agspec::StateError>(m, "IndexStateError", PyExc_RuntimeError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const agspec::DocumentError& e) {
+      PyErr_SetString(PyExc_KeyError, e.what());
+    } catch (const agspec::ArgumentError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<IndexHandle>(m, "TokenIndex")
+      .def("__init__",
+           [](IndexHandle* self) { new (self) IndexHandle{std::make_shared<TokenIndex>()}; })
+      .def_static(
+          "load",
+          [](const std::string& path) {
+            std::shared_ptr<TokenIndex> idx;
+            {
+              nb::gil_scoped_release release;
+              idx = TokenIndex::load(path);
+            }
+            return IndexHandle{idx};
+          },
+          nb::arg("path"))
+      .def(
+          "extend",
+          [](IndexHandle& self, int64_t doc_id, TokenArray tokens) {
+            const auto idx = self.get();
+            const Token* data = tokens.data();
+            const size_t n = tokens.shape(0);
+            if (n >= kReleaseGilTokens) {
+              nb::gil_scoped_release release;
+              idx->extend(doc_id, data, n);
+            } else {
+              idx->extend(doc_id, data, n);
+            }
+          },
+          nb::arg("doc_id"), nb::arg("tokens"))
+      .def(
+          "extend_list",
+          [](IndexHandle& self, int64_t doc_id, const std::vector<int32_t>& tokens) {
+            self.get()->extend(doc_id, tokens.data(), tokens.size());
+          },
+          nb::arg("doc_id"), nb::arg("tokens"))
+      .def(
+          "remove",
+          [](IndexHandle& self, int64_t doc_id) {
+            const auto idx = self.get();
+            nb::gil_scoped_release release;
+            idx->remove(doc_id);
+          },
+          nb::arg("doc_id"))
+      .def(
+          "save",
+          [](IndexHandle& self, const std::string& path) {
+            const auto idx = self.get();
+            nb::gil_scoped_release release;
+            idx->save(path);
+          },
+          nb::arg("path"))
+      .def("verify",
+           [](IndexHandle& self) {
+             const auto idx = self.get();
+             nb::gil_scoped_release release;
+             idx->verify();
+           })
+      .def("close",
+           [](IndexHandle& self) {
+             if (self.index) self.index->close();
+             self.index.reset();
+           })
+      .def_prop_ro("closed", [](const IndexHandle& self) { return !self.index; })
+      .def("contains", [](const IndexHandle& self, int64_t id) { return self.get()->contains(id); })
+      .def("document", [](const IndexHandle& self, int64_t id) { return self.get()->document(id); })
+      .def("document_ids", [](const IndexHandle& self) { return self.get()->document_ids(); })
+      .def("num_documents", [](const IndexHandle& self) { return self.get()->num_documents(); })
+      .def("num_tokens", [](const IndexHandle& self) { return self.get()->num_tokens(); })
+      .def("num_positions", [](const IndexHandle& self) { return self.get()->num_positions(); })
+      .def("num_states", [](const IndexHandle& self) { return self.get()->num_states(); })
+      .def("num_bytes", [](const IndexHandle& self) { return self.get()->num_bytes(); })
+      .def("frozen", [](const IndexHandle& self) { return self.get()->frozen(); })
+      .def(
+          "cursor",
+          [](const IndexHandle& self, int32_t max_match_tokens) {
+            return MatchCursor(self.get(), max_match_tokens);
+          },
+          nb::arg("max_match_tokens"));
+
+  nb::enum_<agspec::ContinuationRule>(m, "ContinuationRule")
+      .value("frequent", agspec::ContinuationRule::kFrequent)
+      .value("first", agspec::ContinuationRule::kFirst)
+      .value("recent", agspec::ContinuationRule::kRecent)
+      .value("vote", agspec::ContinuationRule::kVote);
+
+  nb::class_<MatchCursor>(m, "MatchCursor")
+      .def(
+          "extend",
+          [](MatchCursor& c, TokenArray tokens) { c.extend(tokens.data(), tokens.shape(0)); },
+          nb::arg("tokens"))
+      .def(
+          "extend_list",
+          [](MatchCursor& c, const std::vector<int32_t>& tokens) {
+            c.extend(tokens.data(), tokens.size());
+          },
+          nb::arg("tokens"))
+      .def(
+          "extend_one",
+          [](MatchCursor& c, nb::handle token) {
+            const Token t = token_id(token);
+            c.extend(&t, 1);
+          },
+          nb::arg("token").none(), nb::sig("def extend_one(self, token: int) -> None"))
+      .def("match_length", &MatchCursor::match_length)
+      .def(
+          "occurrences",
+          [](MatchCursor& c, size_t max_count) {
+            std::vector<std::pair<int64_t, int64_t>> out;
+            for (const auto& o : c.occurrences(max_count)) out.emplace_back(o.doc_id, o.end_offset);
+            return out;
+          },
+          nb::arg("max_count"))
+      .def("continuation", &MatchCursor::continuation, nb::arg("max_tokens"), nb::arg("rule"),
+           nb::arg("max_occurrences"))
+      .def_prop_ro("num_fed", &MatchCursor::num_fed)
+      .def_prop_ro("max_match_tokens", &MatchCursor::max_match);
+
+  // A request's cursors over its corpora, moved and read in one call per step
+  // (agspec.corpora.corpus_set); the *_batch functions do the same for many requests at once.
+  nb::class_<CursorSet>(m, "CursorSet")
+      .def(nb::init<>())
+      .def(
+          "add_cursor",
+          [](CursorSet& s, const IndexHandle& index, int32_t max_match_tokens,
+             const std::vector<int32_t>& tail) {
+            return s.add_cursor(index.get(), max_match_tokens, tail.data(), tail.size());
+          },
+          nb::arg("index"), nb::arg("max_match_tokens"), nb::arg("tail"))
+      .def(
+          "add_append",
+          [](CursorSet& s, const IndexHandle& index, int64_t doc_id) {
+            s.add_append(index.get(), doc_id);
+          },
+          nb::arg("index"), nb::arg("doc_id"))
+      .def(
+          "remove_append",
+          [](CursorSet& s, const IndexHandle& index) { s.remove_append(index.index.get()); },
+          nb::arg("index"))
+      .def(
+          "advance",
+          [](CursorSet& s, const std::vector<int32_t>& tokens) {
+            s.advance(tokens.data(), tokens.size());
+          },
+          nb::arg("tokens"))
+      .def("match_lengths",
+           [](CursorSet& s) {
+             std::vector<int32_t> out(s.size());
+             s.match_lengths(out.data());
+             return out;
+           })
+      .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
+           nb::arg("rule"), nb::arg("max_occurrences"))
+      .def("__len__", &CursorSet::size);
+
+  m.def(
+      "advance_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<std::vector<int32_t>>& tokens) {
+        if (sets.size() != tokens.size()) {
+          throw agspec::ArgumentError("advance_batch: one token list per cursor set");
+        }
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (sets[i] == nullptr) throw agspec::ArgumentError("advance_batch: a set is None");
+          sets[i]->advance(tokens[i].data(), tokens[i].size());
+        }
+      },
+      nb::arg("sets"), nb::arg("tokens"));
+  m.def(
+      "match_lengths_batch",
+      [](const std::vector<CursorSet*>& sets) {
+        size_t total = 0;
+        for (const CursorSet* s : sets) {
+          if (s == nullptr) throw agspec::ArgumentError("match_lengths_batch: a set is None");
+          total += s->size();
+        }
+        std::vector<int32_t> out(total);
+        size_t at = 0;
+        for (CursorSet* s : sets) {
+          s->match_lengths(out.data() + at);
+          at += s->size();
+        }
+        return out;
+      },
+      nb::arg("sets"));
+  m.def(
+      "continuation_batch",
+      [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
+         const std::vector<int64_t>& max_tokens, const std::vector<agspec::ContinuationRule>& rules,
+         size_t max_occurrences) {
+        if (slots.size() != sets.size() || max_tokens.size() != sets.size() ||
+            rules.size() != sets.size()) {
+          throw agspec::ArgumentError("continuation_batch: one slot, length and rule per set");
+        }
+        std::vector<std::vector<Token>> out(sets.size());
+        for (size_t i = 0; i < sets.size(); ++i) {
+          if (slots[i] < 0 || max_tokens[i] <= 0) continue;  // no draft for this request
+          if (sets[i] == nullptr) throw agspec::ArgumentError("continuation_batch: a set is None");
+          out[i] = sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
+                                         max_occurrences);
+        }
+        return out;
+      },
+      nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
+      nb::arg("max_occurrences"));
+}

@@ -1,0 +1,201 @@
+"""All corpora of one request behind one object, matched and extended together.
+
+A request drafts from several corpora (its session, the workspace, the history of
+finished calls, the global corpus, or only its own text). Each has a match cursor; every
+verification step feeds the committed tokens to all of them and appends them to the
+documents the request writes (its session document). `CorpusSet` does that in one
+native call per step, and reads every match length in one more; the continuation of
+the chosen corpus is a third. With a retrieval engine other than the native index (the
+suffix tree of `agspec.index.suffix_tree`) it falls back to one call per cursor, with the
+same results.
+
+The source preference is data, not code: an ordered list of `SourceRule(corpus,
+margin_tokens)`, most preferred first. A corpus wins when its match is longer than
+every match of the corpora after it by more than its margin; the first winner is the
+source. The paper's rule (global only when it beats the live matches by more than δ,
+then workspace over session) is `[("global", δ), ("workspace", 0), ("session", 0)]`.
+
+>>> from agspec.index.token_index import TokenIndex
+>>> session, workspace = TokenIndex(), TokenIndex()
+>>> session.extend(0, [5, 6, 7, 8])
+>>> workspace.extend(0, [1, 5, 6, 7, 9])
+>>> cs = CorpusSet([("session", session, "frequent"), ("workspace", workspace, "first")],
+...                [5, 6], order=[SourceRule("workspace"), SourceRule("session")])
+>>> cs.match_lengths()
+[2, 2]
+>>> cs.pick(cs.match_lengths())    # equal matches: workspace does not beat session
+0
+>>> cs.advance([7]); cs.match_lengths(), cs.continuation(0, 4)
+([3, 3], [8])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agspec import _native
+from agspec.index.token_index import _RULES as _RULE_CODES
+from agspec.index.token_index import ContinuationRule, TokenIndex, as_tokens
+
+__all__ = ["CorpusSet", "SourceRule", "advance_batch", "match_lengths_batch"]
+
+
+@dataclass(frozen=True)
+class SourceRule:
+    """A corpus in the source preference, and by how much it must beat the ones after it."""
+
+    corpus: str
+    margin_tokens: int = 0
+
+
+class CorpusSet:
+    """The cursors of one request over its corpora (see the module docstring).
+
+    `entries` are (name, index, continuation rule); `tail` is the request's last tokens
+    (at most `max_match_tokens` matter); `appends` are (index, doc_id) documents that
+    every `advance` extends after the cursors have moved. Belongs to one thread at a time.
+    """
+
+    __slots__ = ("names", "_native", "_cursors", "_appends", "_rules", "_codes", "_order")
+
+    def __init__(
+        self,
+        entries: Sequence[tuple[str, Any, ContinuationRule]],
+        tail: Sequence[int],
+        *,
+        max_match_tokens: int = 64,
+        appends: Sequence[tuple[Any, int]] = (),
+        order: Sequence[SourceRule] = (),
+    ) -> None:
+        self.names = [name for name, _, _ in entries]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"corpus names must be unique, got {self.names}")
+        for _, _, rule in entries:
+            if rule not in _RULE_CODES:
+                raise ValueError(f"unknown continuation rule {rule!r}; one of {list(_RULE_CODES)}")
+        slot = {name: i for i, name in enumerate(self.names)}
+        # Preference over the corpora present; the others match nothing.
+        self._order = [(slot[r.corpus], int(r.margin_tokens)) for r in order if r.corpus in slot]
+        self._rules: list[ContinuationRule] = [rule for _, _, rule in entries]
+        self._codes = [_RULE_CODES[r] for r in self._rules]
+        tail_list = as_tokens(list(tail)[-max_match_tokens:], what="tail").tolist()
+        native = all(isinstance(ix, TokenIndex) for _, ix, _ in entries) and all(
+            isinstance(ix, TokenIndex) for ix, _ in appends
+        )
+        self._native: Any = None
+        self._cursors: list[Any] = []
+        self._appends: list[tuple[Any, int]] = []
+        if native:
+            self._native = _native.CursorSet()
+            for _, ix, _ in entries:
+                self._native.add_cursor(ix._native, max_match_tokens, tail_list)
+            for ix, doc_id in appends:
+                self._native.add_append(ix._native, doc_id)
+        else:
+            arr = as_tokens(tail_list, what="tail")
+            self._cursors = [
+                ix.match(arr, max_match_tokens=max_match_tokens) for _, ix, _ in entries
+            ]
+            self._appends = list(appends)
+
+    @property
+    def is_native(self) -> bool:
+        return self._native is not None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def match_lengths(self) -> list[int]:
+        """Every corpus's current match length, in entry order."""
+        if self._native is not None:
+            return self._native.match_lengths()  # type: ignore[no-any-return]
+        return [c.match_length for c in self._cursors]
+
+    def advance(self, committed: list[int]) -> None:
+        """Feeds one step's committed tokens (checked ids) to every cursor, then appends
+        them to every append document."""
+        if self._native is not None:
+            self._native.advance(committed)
+            return
+        for c in self._cursors:
+            c.extend_list(committed)
+        for ix, doc_id in self._appends:
+            ix.extend_list(doc_id, committed)
+
+    def pick(self, lengths: Sequence[int]) -> int:
+        """The slot the source preference picks for these match lengths, or -1.
+
+        >>> cs = CorpusSet([("a", TokenIndex(), "first"), ("b", TokenIndex(), "first")], [],
+        ...                order=[SourceRule("a", 2), SourceRule("b")])
+        >>> cs.pick([5, 3]), cs.pick([6, 3]), cs.pick([0, 0])
+        (1, 0, -1)
+        """
+        order = self._order
+        best_after = 0
+        winner = -1
+        # From the least preferred up: a corpus wins over everything after it.
+        for slot, margin in reversed(order):
+            m = lengths[slot]
+            if m > best_after + margin:
+                winner = slot
+            if m > best_after:
+                best_after = m
+        # Scanning upward, the last corpus to win is the most preferred winner.
+        return winner
+
+    def continuation(self, slot: int, max_tokens: int, *, max_occurrences: int = 32) -> list[int]:
+        """Up to `max_tokens` tokens after the chosen occurrence of slot's match."""
+        if not 0 <= slot < len(self._codes):
+            raise ValueError(f"slot {slot} out of range ({len(self._codes)} corpora)")
+        if self._native is not None:
+            return self._native.continuation(  # type: ignore[no-any-return]
+                slot, max_tokens, self._codes[slot], max_occurrences
+            )
+        return list(
+            self._cursors[slot].continuation(
+                max_tokens, self._rules[slot], max_occurrences=max_occurrences
+            )
+        )
+
+    def engine_max_tokens(self, slot: int) -> int | None:
+        """The engine's own bound on the draft for slot's match (SuffixDecoding's), if any."""
+        if self._native is not None:
+            return None
+        return getattr(self._cursors[slot], "engine_max_tokens", None)
+
+    def stop_appending(self, index: Any) -> None:
+        """Stops extending `index`'s document (a session that stopped indexing)."""
+        if self._native is not None:
+            self._native.remove_append(index._native)
+        else:
+            self._appends = [(ix, d) for ix, d in self._appends if ix is not index]
+
+    def close(self) -> None:
+        """Drops every cursor and append target (the request's corpora can then go)."""
+        self._native = None
+        self._cursors = []
+        self._appends = []
+
+
+def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> None:
+    """`advance` for many requests: one native call when every set is native."""
+    if all(s._native is not None for s in sets):
+        _native.advance_batch([s._native for s in sets], list(committed))
+        return
+    for s, c in zip(sets, committed):
+        s.advance(c)
+
+
+def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
+    """`match_lengths` for many requests: one native call when every set is native."""
+    if sets and all(s._native is not None for s in sets):
+        flat = _native.match_lengths_batch([s._native for s in sets])
+        out, at = [], 0
+        for s in sets:
+            n = len(s.names)
+            out.append(flat[at : at + n])
+            at += n
+        return out
+    return [s.match_lengths() for s in sets]

@@ -1,0 +1,247 @@
+"""One model call of an AgSpec session: `begin / propose / accept / end` (paper §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agspec.corpora.corpus_set import CorpusSet
+from agspec.drafter.protocol import accept_length
+from agspec.index.engines import ENGINES
+from agspec.index.token_index import ContinuationRule, as_tokens
+from agspec.policy.length import (
+    LengthDecision,
+)
+from agspec.policy.source import Source
+
+if TYPE_CHECKING:
+    from agspec.drafter.session import AgSpecSession
+
+
+class AgSpecCall:
+    """One model call: `begin / propose / accept / end`.
+
+    The call's corpora (session, workspace, history, global, or its own text only) sit
+    behind one `CorpusSet`: a step feeds them the committed tokens in one native call
+    and reads their match lengths in another. After `propose`, `last_source` and
+    `last_match_length` say where the draft came from.
+    """
+
+    def __init__(self, session: AgSpecSession, agent: str, role: str, turn: int, doc_id: int):
+        self.session = session
+        self.agent, self.role, self.turn = agent, role, turn
+        self._doc_id = doc_id
+        self._corpora: CorpusSet | None = None
+        self._cap = 0
+        self._request: Any = None
+        self._draft: list[int] = []
+        self._output: list[int] = []
+        self._decision: LengthDecision | None = None
+        self._begun = False
+        self._ended = False
+        self._released = False  # the session was ended or evicted
+        self._index_output = False  # accept() appends to the session corpus
+        self.last_source: Source | None = None
+        self.last_match_length = 0
+
+    def _release(self) -> None:
+        """The session ended or was evicted: drop every reference to its corpora."""
+        self._released = self._ended = True
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
+        self._request = None
+        self._output = []
+        self._draft = []
+        self._decision = None
+        self._index_output = False
+
+    def _stop_indexing(self) -> None:
+        """The session stopped indexing (over the live token budget on its own)."""
+        if self._index_output and self._corpora is not None:
+            self._corpora.stop_appending(self.session.session_corpus.index)
+        self._index_output = False
+
+    def _not_live(self, what: str) -> Exception:
+        if self._released:
+            return KeyError(f"{what}: session {self.session.session_id!r} was ended or evicted")
+        return RuntimeError(f"{what} needs begin() first and no end()")
+
+    def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
+        if self._begun:
+            raise RuntimeError("begin() was already called for this call")
+        self.session._check_open()
+        server = self.session.server
+        cfg = server.config
+        # Lists go to the corpora as they are (the native side checks the ids it indexes);
+        # only the tail can be part of a match, so only the tail feeds the cursors.
+        prompt = (
+            prompt_ids
+            if isinstance(prompt_ids, list)
+            else as_tokens(prompt_ids, what="prompt_ids").tolist()
+        )
+        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
+        sess = self.session
+        entries: list[tuple[str, Any, ContinuationRule]] = []
+        appends: list[tuple[Any, int]] = []
+        if cfg.use_session:
+            if not sess.frozen:
+                before = sess.session_corpus.num_tokens
+                sess.session_corpus.add_prompt(self._doc_id, prompt)
+                server._grew(sess, sess.session_corpus.num_tokens - before)
+            entries.append(("session", sess.session_corpus.index, cfg.session_rule))
+            self._index_output = not sess.frozen
+            if self._index_output:
+                appends.append((sess.session_corpus.index, self._doc_id))
+        if cfg.use_workspace:
+            entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
+        if server.history is not None:
+            entries.append(("history", server.history, cfg.history_rule))
+        if server.global_corpus is not None:
+            entries.append(("global", server.global_corpus.index, cfg.global_rule))
+        if cfg.use_request:
+            self._request = ENGINES[cfg.engine]()
+            self._request.extend_list(0, prompt)
+            entries.append(("request", self._request, cfg.session_rule))
+            appends.append((self._request, 0))
+        self._corpora = CorpusSet(
+            entries,
+            tail,
+            max_match_tokens=cfg.max_match_tokens,
+            appends=appends,
+            order=server.source_order,
+        )
+        lengths = server.lengths
+        # The cap of this agent cannot change during a call: look it up once.
+        self._cap = lengths.caps.cap_for(
+            self.agent, model=lengths.model, batch_size=lengths.batch_size
+        )
+        self._begun = True
+
+    def propose(self, max_tokens: int) -> list[int]:
+        if not self._begun or self._ended:
+            raise self._not_live("propose()")
+        if max_tokens < 0 or max_tokens > 1 << 16:
+            raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
+        self._draft = []
+        self.last_source, self.last_match_length = None, 0
+        if max_tokens == 0:
+            return []
+        corpora = self._corpora
+        assert corpora is not None
+        slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
+        if want == 0:
+            return []
+        draft = corpora.continuation(
+            slot, want, max_occurrences=self.session.server.config.max_occurrences
+        )
+        return self._take(draft, slot, want, m)
+
+    def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
+        """Source slot, draft length and match length for these match lengths (policy)."""
+        corpora = self._corpora
+        assert corpora is not None
+        slot = corpora.pick(lengths)
+        if slot < 0:
+            return -1, 0, 0
+        m = lengths[slot]
+        server = self.session.server
+        if m < server.config.min_match_tokens:
+            return -1, 0, 0
+        # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
+        want = server.lengths.draft_length(
+            self.agent,
+            match_tokens=m,
+            available_tokens=max_tokens,
+            engine_max_tokens=corpora.engine_max_tokens(slot),
+        ).draft_tokens
+        if server.cost_mode and want:
+            # The best length over [0, want] bounds the one over [0, retrieved]; when it is
+            # 0 (most short matches on a CPU), skip the continuation altogether.
+            want = server.lengths.cost_length(self.agent, m, want)
+        return slot, want, m
+
+    def _take(self, draft: list[int], slot: int, want: int, m: int) -> list[int]:
+        """Records the draft of this step (after the continuation was copied)."""
+        server = self.session.server
+        if server.cost_mode and len(draft) < want:
+            draft = draft[: server.lengths.cost_length(self.agent, m, len(draft))]
+        if not draft:
+            return []
+        cap = self._cap
+        # Censored only when the cap itself bounded the draft (not max_tokens, not text).
+        capped = server.capped_mode and len(draft) == want == cap
+        self._draft = draft
+        self._decision = LengthDecision(len(draft), cap, capped, m)
+        assert self._corpora is not None
+        self.last_source = self._corpora.names[slot]  # type: ignore[assignment]
+        self.last_match_length = m
+        return list(draft)
+
+    def _check_committed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
+        """The committed tokens as a list, checked against the draft; feeds the policy."""
+        if not self._begun or self._ended:
+            raise self._not_live("accept()")
+        committed = (
+            committed_ids
+            if isinstance(committed_ids, list)
+            else as_tokens(committed_ids, what="committed_ids").tolist()
+        )
+        n = len(committed)
+        draft = self._draft
+        if n == 0:
+            raise ValueError("committed_ids is empty: a step commits at least one token")
+        if n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]:
+            raise ValueError(
+                f"committed_ids {committed[:8]} are not a prefix of the draft "
+                f"{draft[:8]} plus one token: these tokens were never proposed"
+            )
+        last = committed[-1]  # the only token not checked against the draft
+        if isinstance(last, bool) or not isinstance(last, (int, np.integer)):
+            raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
+        if not 0 <= last < 2**31:
+            raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
+        if type(last) is not int:
+            committed = [*committed[:-1], int(last)]
+        server = self.session.server
+        lengths = server.lengths
+        if self._decision is not None and draft:
+            accepted = accept_length(draft, committed)
+            lengths.observe(self.agent, self._decision, accepted)
+        if server.batch_cost_mode:
+            lengths.note_step(len(draft), n)
+        self._draft, self._decision = [], None
+        return committed
+
+    def _count(self, n: int) -> None:
+        """Bookkeeping after the corpora took `n` committed tokens."""
+        if self._index_output:
+            sess = self.session
+            sess._counted += n
+            server = sess.server
+            server._live_tokens += n
+            if server._live_tokens > server.config.live_token_budget:
+                server._over_budget(sess)
+
+    def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
+        committed = self._check_committed(committed_ids)
+        assert self._corpora is not None
+        self._corpora.advance(committed)
+        if self.session.server.history is not None:
+            self._output.extend(committed)
+        self._count(len(committed))
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.session.server.add_history(self._output)
+        self._output = []
+        if self._corpora is not None:
+            self._corpora.close()
+        self._corpora = None
+        self._request = None
+        if not self.session.closed:
+            self.session.server.touch(self.session.session_id)

@@ -1,0 +1,122 @@
+"""What an AgSpec drafter is configured by: `AgSpecConfig` (every knob, validated).
+
+The named configurations (the default and its ablations) are in `agspec.drafter.variants`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal, get_args
+
+from agspec.index.engines import ENGINES
+from agspec.index.token_index import ContinuationRule
+
+LengthMode = Literal["static", "match", "cap", "cap+scale", "cost"]
+
+
+@dataclass(frozen=True)
+class AgSpecConfig:
+    """Knobs of the drafter; the named variants below are the paper's ablations."""
+
+    use_request: bool = False  # a per-call corpus of the call's own prompt and output only
+    use_session: bool = True
+    use_workspace: bool = True
+    use_emission_forms: bool = True
+    use_global: bool = True
+    # Beyond the paper: a live corpus of the outputs of finished calls of every session
+    # this server served (like SuffixDecoding's response cache). Drafts from it when its
+    # match is longer than both live matches.
+    use_history: bool = False
+    history_budget_tokens: int = 20_000_000
+    # δ: global must beat the live match by more than this. 0 won the sweep on the dev
+    # traces (benchmarks/sweep_global_margin.py, docs/drafter.md).
+    global_margin_tokens: int = 0
+    length_mode: LengthMode = "cap+scale"
+    static_length_tokens: int = 8  # the draft length of length_mode="static"
+    default_cap_tokens: int = 16  # C_a for agents without a profiled cap
+    # length_mode="cost" (beyond the paper): the most tokens one draft may have, and the
+    # weight of the prior in the learned acceptance curves (agspec.policy.cost_length).
+    cost_max_draft_tokens: int = 32
+    cost_prior_weight: float = 4.0
+    max_match_tokens: int = 64
+    # Beyond the paper: no draft from a match shorter than this. Where verification is
+    # dear (a CPU backend: 2 tokens cost 2.2-3.7 decode steps on llama.cpp), short matches
+    # lose more than they win.
+    min_match_tokens: int = 1
+    max_occurrences: int = 32
+    # Continuation rules (paper §3.1): next-3-token frequency for session and global,
+    # first occurrence for workspace. "recent" is the measured alternative.
+    session_rule: ContinuationRule = "frequent"
+    workspace_rule: ContinuationRule = "first"
+    global_rule: ContinuationRule = "frequent"
+    history_rule: ContinuationRule = "frequent"
+    scale_step: float = 0.05  # η of the online scale (agspec.policy.length.OnlineScale)
+    scale_min: float = 0.05
+    scale_max: float = 4.0
+    break_even_prob: float = 0.5  # p*, overridden by the cost model when one is given
+    # Retrieval engine: "native" (agspec.index.token_index) or "suffix-tree" (arctic-inference's
+    # SuffixDecoding tree, agspec.index.suffix_tree; needs the `suffix` extra).
+    engine: str = "native"
+    session_ttl_s: float = 3600.0
+    live_token_budget: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        # Types first: a bool or a float where a count goes is a mistake, not a count.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float", "bool") and (
+                isinstance(value, bool) != (f.type == "bool")
+                or not isinstance(value, (int, float) if f.type == "float" else int)
+            ):
+                raise ValueError(f"{f.name} must be {f.type}, got {value!r}")
+        for name in (
+            "cost_prior_weight",
+            "scale_step",
+            "scale_min",
+            "scale_max",
+            "break_even_prob",
+            "session_ttl_s",
+        ):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+        if not self.session_ttl_s > 0:
+            raise ValueError(f"session_ttl_s must be > 0 seconds, got {self.session_ttl_s}")
+        for name in ("live_token_budget", "history_budget_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        if not 0 < self.scale_step <= 1:
+            raise ValueError(f"scale_step must be in (0, 1], got {self.scale_step}")
+        if not 0 < self.scale_min <= 1.0 <= self.scale_max:
+            raise ValueError(
+                f"scale_min and scale_max must satisfy 0 < scale_min <= 1 <= scale_max, got "
+                f"{self.scale_min} and {self.scale_max}"
+            )
+        for name in ("session_rule", "workspace_rule", "global_rule", "history_rule"):
+            if getattr(self, name) not in get_args(ContinuationRule):
+                raise ValueError(
+                    f"{name} must be one of {get_args(ContinuationRule)}, got "
+                    f"{getattr(self, name)!r}"
+                )
+        if self.length_mode not in ("static", "match", "cap", "cap+scale", "cost"):
+            raise ValueError(f"unknown length_mode {self.length_mode!r}")
+        if not self.cost_prior_weight > 0:
+            raise ValueError(f"cost_prior_weight must be > 0, got {self.cost_prior_weight}")
+        if not -64 <= self.global_margin_tokens <= 1 << 16:
+            raise ValueError(
+                f"global_margin_tokens must be in [-64, 65536], got {self.global_margin_tokens}"
+            )
+        for name in (
+            "static_length_tokens",
+            "default_cap_tokens",
+            "max_match_tokens",
+            "min_match_tokens",
+            "max_occurrences",
+            "cost_max_draft_tokens",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.break_even_prob < 1.0:
+            raise ValueError("break_even_prob must be in (0, 1)")
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; one of {sorted(ENGINES)}")

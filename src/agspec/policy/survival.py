@@ -1,0 +1,185 @@
+"""Acceptance curves S_a(k | m) = P(r >= k) per agent and match-length bucket, learned online.
+
+The input of the cost-aware draft length (`agspec.policy.cost_length`); saved atomically
+to a curves file so they survive a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agspec.policy._state import atomic_write_text, check_int, finite_number, read_state_file
+
+logger = logging.getLogger(__name__)
+
+
+CURVES_FORMAT = "agspec-acceptance-curves"
+
+
+MATCH_BUCKETS = 8
+
+
+def match_bucket(match_tokens: int) -> int:
+    """Log2 bucket of a match length: 0 | 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64+.
+
+    >>> [match_bucket(m) for m in (0, 1, 2, 3, 4, 15, 16, 64, 1000)]
+    [0, 1, 2, 2, 3, 4, 5, 7, 7]
+    """
+    return min(match_tokens.bit_length(), MATCH_BUCKETS - 1)
+
+
+class MatchSurvival:
+    """S_a(k | m) = P(r ≥ k): the chance that the first k draft tokens are accepted, for
+    agent a and the bucket of the match length m, learned online.
+
+    Each verification of a d-token draft with a accepted tokens is a censored run
+    length: positions 1..min(a+1, d) were at risk, positions 1..a survived (as in
+    `acceptance_curve`). The estimate is the product-limit one over the observed counts
+    plus a prior of `prior_weight` pseudo-drafts with a geometric curve S(k) = q^k,
+    q = m0 / (m0 + 1) at the bucket's shortest match m0 (a 1-token match: q = 1/2; an
+    8-token one: 8/9), so an agent starts out trusting long matches more than short ones
+    and its own outcomes take over after a few drafts.
+
+    >>> s = MatchSurvival(max_tokens=4, prior_weight=1.0)
+    >>> [round(p, 3) for p in s.curve("coder", 1)]      # prior alone, q = 1/2
+    [0.5, 0.25, 0.125, 0.062]
+    >>> for _ in range(3):
+    ...     s.observe("coder", 1, drafted_tokens=4, accepted_tokens=4)
+    >>> [round(p, 3) for p in s.curve("coder", 1)]      # (3 + 1/2) / (3 + 1) at k = 1
+    [0.875, 0.812, 0.781, 0.766]
+    """
+
+    def __init__(self, *, max_tokens: int = 32, prior_weight: float = 4.0) -> None:
+        self.max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        if not isinstance(prior_weight, (int, float)) or not prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight!r}")
+        self.prior_weight = float(prior_weight)
+        # (agent, bucket) -> [at_risk counts, survived counts], index k-1
+        self._counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+        self._curves: dict[tuple[str, int], list[float]] = {}
+
+    def _prior(self, bucket: int) -> tuple[list[float], list[float]]:
+        m0 = 1 << max(bucket - 1, 0)
+        q = m0 / (m0 + 1)
+        w = self.prior_weight
+        at_risk = [w * q ** (k - 1) for k in range(1, self.max_tokens + 1)]
+        survived = [w * q**k for k in range(1, self.max_tokens + 1)]
+        return at_risk, survived
+
+    def curve(self, agent: str, match_tokens: int) -> list[float]:
+        """[S(1), ..., S(max_tokens)] for this agent and match length (cached)."""
+        key = (agent, match_bucket(match_tokens))
+        cached = self._curves.get(key)
+        if cached is not None:
+            return cached
+        at_risk, survived = self._counts.get(key) or self._prior(key[1])
+        out, s = [], 1.0
+        for n, h in zip(at_risk, survived):
+            s *= h / n
+            out.append(s)
+        self._curves[key] = out
+        return out
+
+    def observe(
+        self, agent: str, match_tokens: int, *, drafted_tokens: int, accepted_tokens: int
+    ) -> None:
+        """One verification: `accepted_tokens` of a `drafted_tokens`-token draft."""
+        d = min(drafted_tokens, self.max_tokens)
+        a = min(accepted_tokens, d)
+        if d <= 0 or a < 0:
+            return
+        key = (agent, match_bucket(match_tokens))
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = self._prior(key[1])
+        at_risk, survived = counts
+        for i in range(min(a + 1, d)):
+            at_risk[i] += 1.0
+        for i in range(a):
+            survived[i] += 1.0
+        self._curves.pop(key, None)
+
+    def to_json(self) -> str:
+        rows = [
+            {"agent": agent, "bucket": bucket, "at_risk": at_risk, "survived": survived}
+            for (agent, bucket), (at_risk, survived) in sorted(self._counts.items())
+        ]
+        doc = {
+            "format": CURVES_FORMAT,
+            "version": 1,
+            "max_tokens": self.max_tokens,
+            "prior_weight": self.prior_weight,
+            "curves": rows,
+        }
+        return json.dumps(doc) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Atomic: a crash mid-write leaves the previous file intact."""
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, max_tokens: int = 32, prior_weight: float = 4.0
+    ) -> MatchSurvival:
+        """Curves saved by `save`; a missing file starts from the prior. A corrupt file, or
+        one saved with another `max_tokens`, is reported (RuntimeWarning) and ignored."""
+        out = cls(max_tokens=max_tokens, prior_weight=prior_weight)
+        p = Path(path)
+        try:
+            doc = read_state_file(p, CURVES_FORMAT)
+            saved_max = doc.get("max_tokens")
+            if isinstance(saved_max, bool) or saved_max != max_tokens:
+                raise ValueError(
+                    f"saved with max_tokens={doc.get('max_tokens')!r}, this server uses "
+                    f"{max_tokens}"
+                )
+            rows = doc.get("curves", [])
+            if not isinstance(rows, list):
+                raise ValueError("'curves' must be a list")
+            counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+            for i, row in enumerate(rows):
+                try:
+                    key, pair = _curve_row(row, max_tokens)
+                except ValueError as exc:
+                    raise ValueError(f"curves[{i}]: {exc}") from None
+                counts[key] = pair
+            out._counts = counts
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            warnings.warn(
+                f"ignoring acceptance curves file {p}: {exc}", RuntimeWarning, stacklevel=2
+            )
+            logger.warning("ignoring acceptance curves file %s: %s", p, exc)
+        return out
+
+
+def _curve_row(
+    row: Any, max_tokens: int
+) -> tuple[tuple[str, int], tuple[list[float], list[float]]]:
+    """One saved curve, checked: ValueError naming what is wrong."""
+    if not isinstance(row, dict):
+        raise ValueError("not an object")
+    agent, bucket = row.get("agent"), row.get("bucket")
+    if not isinstance(agent, str):
+        raise ValueError("agent must be a string")
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or not 0 <= bucket < MATCH_BUCKETS:
+        raise ValueError(f"bucket must be an integer in [0, {MATCH_BUCKETS})")
+    lists = []
+    for name in ("at_risk", "survived"):
+        raw = row.get(name)
+        if not isinstance(raw, list) or len(raw) != max_tokens:
+            raise ValueError(f"{name} of {agent!r} must be a list of {max_tokens} numbers")
+        values = [finite_number(x) for x in raw]
+        if any(v is None for v in values):
+            raise ValueError(f"{name} of {agent!r}: counts must be finite numbers (not booleans)")
+        lists.append([float(v) for v in values if v is not None])
+    at_risk, survived = lists
+    if any(not 0 < h <= n for n, h in zip(at_risk, survived)):
+        raise ValueError(f"curve of {agent!r}: counts outside 0 < survived <= at risk")
+    return (agent, bucket), (at_risk, survived)
