@@ -56,7 +56,7 @@ def method_config(
     method: str, k: int, global_corpus: str | None, cost_profile: str | None = None
 ) -> dict | None:
     """vLLM's speculative config of one method: `none`, `ngram`, `suffix`, or an AgSpec
-    variant (`agspec`, `agspec-cost-plus`, ...; `+global` adds the global corpus). The
+    variant (`agspec`, `agspec-paper`, ...; `+global` adds the global corpus). The
     cost-aware variants get `cost_profile` (default: the proposer's own default)."""
     from agspec.adapters.vllm import speculative_config
     from agspec.drafter import VARIANTS
@@ -162,9 +162,9 @@ def _engine_process(conn: Any, folder: str, spec: dict | None, max_new_tokens: i
 def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, Any]:
     """Every method's engine is started first (one at a time, each in its own process),
     then the batches run interleaved: batch j goes to every method in turn (the order
-    rotated from batch to batch), so all methods meet the same machine load."""
-    import multiprocessing as mp
-
+    rotated from batch to batch), so all methods meet the same machine load. `--methods`
+    may name groups separated by ";" (each engine holds ~4.5 GB here, so a 24 GB machine
+    runs three at once): the groups run one after another, each interleaved."""
     from transformers import AutoTokenizer
 
     folder = vllm_common.model_folder(args.model)
@@ -176,7 +176,38 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
         "tokens",
         file=sys.stderr,
     )
-    methods = args.methods.split(",")
+    groups = [[m for m in g.split(",") if m] for g in args.methods.split(";") if g]
+    results: list[dict[str, Any]] = []
+    outputs: list[dict[str, dict[str, list[list[int]]]]] = []
+    for methods in groups:
+        res, outs = _run_group(args, folder, global_corpus, methods, c1, c8)
+        results.append(res)
+        outputs.append(outs)
+    # Every method's outputs against no speculation's (greedy: the same calls give the same
+    # tokens in every engine, whichever group ran "none").
+    reference = next((o["none"] for o in outputs if "none" in o), None)
+    for res, outs in zip(results, outputs):
+        for method, row in res.items():
+            if reference is None or method == "none":
+                continue
+            for conc in ("c1", "c8"):
+                row[conc]["differs_from_none"] = [
+                    i for i, (a, b) in enumerate(zip(reference[conc], outs[method][conc])) if a != b
+                ]
+    return {"groups": results}
+
+
+def _run_group(
+    args: argparse.Namespace,
+    folder: Path,
+    global_corpus: str | None,
+    methods: list[str],
+    c1: list[dict[str, Any]],
+    c8: list[list[dict[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, dict[str, list[list[int]]]]]:
+    """One group of methods, interleaved (every engine of the group alive at once)."""
+    import multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     engines: dict[str, Any] = {}
     results: dict[str, Any] = {}
@@ -241,18 +272,10 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
             proc.join(timeout=60)
             if proc.is_alive():
                 proc.kill()
-    reference = outs_all.get("none")
     for method in methods:
         row = results[method]
         row["num_accepted_tokens"] = sum(row[c]["accepted"] for c in ("c1", "c8"))
         row["num_draft_tokens"] = sum(row[c]["draft_tokens"] for c in ("c1", "c8"))
-        if reference is not None and method != "none":
-            for conc in ("c1", "c8"):
-                row[conc]["differs_from_none"] = [
-                    i
-                    for i, (a, b) in enumerate(zip(reference[conc], outs_all[method][conc]))
-                    if a != b
-                ]
         print(
             f"{method:16s} c1 {row['c1']['tok_s']:6.2f} tok/s  c8 {row['c8']['tok_s']:6.2f} "
             f"tok/s  accepted {row['num_accepted_tokens']} of {row['num_draft_tokens']}",
@@ -267,7 +290,7 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
                 f"request-steps, load avg {r['load_avg_1min']}",
                 file=sys.stderr,
             )
-    return results
+    return results, outs_all
 
 
 def spec_counters(llm: Any) -> dict[str, int]:
@@ -412,9 +435,13 @@ def run_proposers(args: argparse.Namespace, global_corpus: str | None) -> dict[s
             prompt, output = render_call(c, "qwen2.5", end_token=True)
             if len(output) >= 2:
                 calls.append((s.session_id, np.asarray(prompt, dtype=np.int32), output))
-    kinds = [("agspec", {}), ("suffix", {})]
+    kinds: list[tuple[str, dict[str, Any]]] = [
+        ("agspec-paper", {"variant": "agspec-paper"}),
+        ("agspec", {}),
+        ("suffix", {}),
+    ]
     if global_corpus is not None:
-        kinds.insert(1, ("agspec-global", {"global_corpus": global_corpus}))
+        kinds.insert(2, ("agspec+global", {"global_corpus": global_corpus}))
     out: dict[str, Any] = {}
     for b in (1, 8, 64):
         for name, options in kinds:
@@ -479,7 +506,12 @@ def build_global(folder: Path, source: Path, glob: str | None) -> tuple[str, dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--methods", default="none,ngram,suffix,agspec")
+    ap.add_argument(
+        "--methods",
+        default="none,ngram,agspec;suffix,agspec-paper,agspec",
+        help="methods, comma-separated; groups (run one after another, each interleaved) "
+        "separated by ';'",
+    )
     ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
@@ -513,21 +545,23 @@ def main(argv: list[str] | None = None) -> int:
             report["live"] = run_live(args, corpus)
     report["load_avg_end"] = load_avg()
     if "live" in report:
-        live = report["live"]
         print(
-            "\n| method | c1 tok/s | c8 tok/s | c1 / c8 tokens per step | c1 / c8 verified "
-            "per step | accepted / drafted | outputs != none |"
+            "\n| group | method | c1 tok/s | c8 tok/s | c1 / c8 tokens per step | c1 / c8 "
+            "verified per step | accepted / drafted | outputs != none | load avg c1 / c8 |"
         )
-        print("|---|---|---|---|---|---|---|")
-        for m, r in live.items():
-            diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
-            a, b = r["c1"], r["c8"]
-            print(
-                f"| {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | "
-                f"{a['tokens_per_step']:.2f} / {b['tokens_per_step']:.2f} | "
-                f"{a['verified_per_step']:.2f} / {b['verified_per_step']:.2f} | "
-                f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} |"
-            )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for g, group in enumerate(report["live"]["groups"], start=1):
+            for m, r in group.items():
+                a, b = r["c1"], r["c8"]
+                diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
+                la, lb = a["load_avg_1min"], b["load_avg_1min"]
+                print(
+                    f"| {g} | {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | "
+                    f"{a['tokens_per_step']:.2f} / {b['tokens_per_step']:.2f} | "
+                    f"{a['verified_per_step']:.2f} / {b['verified_per_step']:.2f} | "
+                    f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} | "
+                    f"{la[0]:.1f}-{la[1]:.1f} / {lb[0]:.1f}-{lb[1]:.1f} |"
+                )
     if report["proposer"]:
         print("\n| proposer | batch 1 | batch 8 | batch 64 | (us per request-step) |")
         print("|---|---|---|---|---|")

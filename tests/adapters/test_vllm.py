@@ -62,7 +62,7 @@ def test_options_travel_in_the_class_name(tmp_path: Path) -> None:
         ({"variant": "nope"}, "unknown AgSpec variant"),
         ({"global_corpus": "/no/such/file.idx"}, "no file at"),
         ({"colour": "red"}, "unknown AgSpec option"),
-        ({"variant": "agspec-paper+cost"}, "needs cost_profile"),
+        ({"cost_profile": "no-such-preset"}, "no file at"),
         ({"batch_size": 0}, "must be positive"),
     ],
 )
@@ -228,7 +228,7 @@ def test_cost_rule_is_priced_at_each_steps_batch(tmp_path: Path) -> None:
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(profile))
     model = ProfileCostModel.load(path)
-    prop, ib = _toy_proposer(tmp_path, variant="agspec-cost-plus", cost_profile=str(path))
+    prop, ib = _toy_proposer(tmp_path, variant="agspec", cost_profile=str(path))
     lengths = prop.server.lengths
 
     def want(b: int) -> list[float]:

