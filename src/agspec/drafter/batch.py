@@ -54,8 +54,6 @@ def step_batch(
         if applied:
             advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
         for call, toks in zip(applied, moved):
-            if call.session.server.history is not None:
-                call._output.extend(toks)
             call._count(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations.
     live: list[AgSpecCall] = []

@@ -37,7 +37,6 @@ class AgSpecCall:
         self._cap = 0
         self._request: Any = None
         self._draft: list[int] = []
-        self._output: list[int] = []
         self._decision: LengthDecision | None = None
         self._begun = False
         self._ended = False
@@ -53,7 +52,6 @@ class AgSpecCall:
             self._corpora.close()
         self._corpora = None
         self._request = None
-        self._output = []
         self._draft = []
         self._decision = None
         self._index_output = False
@@ -97,8 +95,10 @@ class AgSpecCall:
                 appends.append((sess.session_corpus.index, self._doc_id))
         if cfg.use_workspace:
             entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
-        if server.history is not None:
-            entries.append(("history", server.history, cfg.history_rule))
+        history = server.open_history()
+        if history is not None:
+            entries.append(("history", history[0], cfg.history_rule))
+            appends.append(history)
         if server.global_corpus is not None:
             entries.append(("global", server.global_corpus.index, cfg.global_rule))
         if cfg.use_request:
@@ -229,16 +229,12 @@ class AgSpecCall:
         committed = self._check_committed(committed_ids)
         assert self._corpora is not None
         self._corpora.advance(committed)
-        if self.session.server.history is not None:
-            self._output.extend(committed)
         self._count(len(committed))
 
     def end(self) -> None:
         if self._ended:
             return
         self._ended = True
-        self.session.server.add_history(self._output)
-        self._output = []
         if self._corpora is not None:
             self._corpora.close()
         self._corpora = None
