@@ -175,7 +175,9 @@ def folder() -> Path:
         pytest.skip(f"no SmolLM2 HF folder ({exc}); run `agspec models fetch smollm2`")
 
 
-def _toy_proposer(tmp_path: Path, **options: Any) -> tuple[Any, Any]:
+def _toy_proposer(
+    tmp_path: Path, max_tokens: list[int | None] | None = None, **options: Any
+) -> tuple[Any, Any]:
     """An AgSpecProposer outside an engine, with the runner fields it reads (as
     benchmarks/bench_vllm.py drives it)."""
     from types import SimpleNamespace
@@ -199,7 +201,10 @@ def _toy_proposer(tmp_path: Path, **options: Any) -> tuple[Any, Any]:
     requests = {
         f"r{i}": SimpleNamespace(
             prompt_token_ids=[100 + i, 5, 6, 7, 5, 6],
-            sampling_params=SimpleNamespace(extra_args={"agspec_session": f"s{i}"}),
+            sampling_params=SimpleNamespace(
+                extra_args={"agspec_session": f"s{i}"},
+                max_tokens=max_tokens[i] if max_tokens else None,
+            ),
         )
         for i in range(rows)
     }
@@ -249,6 +254,19 @@ def test_cost_rule_is_priced_at_each_steps_batch(tmp_path: Path) -> None:
     prop.propose(sampled, ib.num_tokens_no_spec, ib.token_ids_cpu)
     assert lengths.batch_size == 1 and not prop.server.batch_cost_mode
     assert lengths.step_costs == pytest.approx(want(1))
+
+
+@live
+def test_no_draft_past_a_requests_max_tokens(tmp_path: Path) -> None:
+    # Each row: prompt [x, 5, 6, 7, 5, 6] and one output token 7, so "5 6 7" matches and
+    # "5 6 7" follows it: a 3-token draft, unless max_tokens leaves less room.
+    prop, ib = _toy_proposer(
+        tmp_path, [None, 1000, 3, 2, 1, None, None, None], variant="agspec-paper"
+    )
+    drafts = prop.propose([[7]] * 5 + [[]] * 3, ib.num_tokens_no_spec, ib.token_ids_cpu)
+    # 1 token out; max_tokens 3 leaves 2, so the next step commits at most 2: a 1-token
+    # draft; max_tokens 2 leaves 1 (the step's own token): no draft; 1 is already done.
+    assert drafts[:5] == [[5, 6, 7], [5, 6, 7], [5], [], []]
 
 
 REPEAT_TEXT = (

@@ -144,6 +144,9 @@ class _Request:
     agent: str
     prompt: list[int]
     resolution: Any  # agspec.drafter.session_inference.Resolution, or None for an explicit session
+    # Token count (prompt + output) at which the request ends: prompt + max_tokens, at most
+    # max_model_len.
+    end_at: int = 1 << 62
     call: AgSpecCall | None = None
     output: list[int] = field(default_factory=list)  # only for an inferred session
     last_draft: list[int] = field(default_factory=list)
@@ -293,7 +296,10 @@ class AgSpecProposer:
                 feed = sampled[-1:]
             if st.resolution is not None:  # kept only for session inference
                 st.output.extend(sampled)
-            room = limit - n
+            # No draft past the request's end: the step commits at most the tokens left
+            # to max_tokens (accepted drafts + one), so a longer draft is verified for
+            # nothing (vLLM's own proposers cap only at max_model_len).
+            room = min(limit - n, st.end_at - n - 1)
             calls.append(st.call)  # type: ignore[arg-type]
             fed.append(feed)
             caps.append(k if room >= k else max(room, 0))
@@ -420,7 +426,13 @@ class AgSpecProposer:
             agent = self._agent_of(prompt)
         elif not isinstance(agent, str) or not agent:
             raise ValueError(f"request {rid}: agspec_agent must be a non-empty str")
-        return _Request(session_id=sid, agent=agent, prompt=prompt, resolution=resolution)
+        max_tokens = getattr(params, "max_tokens", None)
+        end_at = self.max_model_len
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
+            end_at = min(end_at, len(prompt) + max_tokens)
+        return _Request(
+            session_id=sid, agent=agent, prompt=prompt, resolution=resolution, end_at=end_at
+        )
 
     def _agent_of(self, prompt: list[int]) -> str:
         """`agent_name` of the prompt's system message. The name is cached by the
