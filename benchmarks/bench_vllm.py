@@ -18,13 +18,14 @@ Run it in the vLLM virtualenv (bash scripts/install_vllm.sh prints its python):
 
     flock /tmp/agspec-bench.lock $VPY benchmarks/bench_vllm.py --out /tmp/bench-vllm.json
 
-Each method's engine is a fresh `LLM(...)` (enforce_eager, max_model_len 2048).
+Each method's engine is a fresh `LLM(...)` (enforce_eager, max_model_len 2048) in a process
+of its own; all are started first, then every batch runs on each method in turn (the order
+rotated from batch to batch), so the methods are timed interleaved under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import subprocess
@@ -51,8 +52,14 @@ def load_avg() -> str:
 # -- 1. live ------------------------------------------------------------------------------
 
 
-def method_config(method: str, k: int, global_corpus: str | None) -> dict | None:
+def method_config(
+    method: str, k: int, global_corpus: str | None, cost_profile: str | None = None
+) -> dict | None:
+    """vLLM's speculative config of one method: `none`, `ngram`, `suffix`, or an AgSpec
+    variant (`agspec`, `agspec-paper`, ...; `+global` adds the global corpus). The
+    cost-aware variants get `cost_profile` (default: the proposer's own default)."""
     from agspec.adapters.vllm import speculative_config
+    from agspec.drafter import VARIANTS
 
     if method == "none":
         return None
@@ -65,15 +72,19 @@ def method_config(method: str, k: int, global_corpus: str | None) -> dict | None
         }
     if method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
-    if method == "agspec":
-        return speculative_config(k)
-    if method == "agspec-global":
+    variant, plus_global = method.removesuffix("+global"), method.endswith("+global")
+    if method == "agspec-global":  # the old name of agspec+global
+        variant, plus_global = "agspec", True
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown method {method!r}")
+    options: dict[str, Any] = {"variant": variant}
+    if plus_global:
         if global_corpus is None:
-            raise ValueError("agspec-global needs the global corpus")
-        return speculative_config(k, global_corpus=global_corpus)
-    if method.startswith("agspec-"):  # another variant of agspec.drafter.VARIANTS
-        return speculative_config(k, variant=method)
-    raise ValueError(f"unknown method {method!r}")
+            raise ValueError(f"{method} needs the global corpus")
+        options["global_corpus"] = global_corpus
+    if VARIANTS[variant].length_mode == "cost" and cost_profile is not None:
+        options["cost_profile"] = cost_profile
+    return speculative_config(k, **options)
 
 
 def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int) -> Any:
@@ -99,9 +110,62 @@ def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt
     return c1, c8
 
 
-def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, Any]:
-    from transformers import AutoTokenizer
+def _engine_process(conn: Any, folder: str, spec: dict | None, max_new_tokens: int) -> None:
+    """One method's engine, in a process of its own (its own vLLM metrics registry): builds
+    the `LLM`, warms it up, then runs every batch the parent sends and answers with the
+    outputs, the wall time and the change of vLLM's speculation counters."""
     from vllm import LLM, SamplingParams
+
+    t = time.perf_counter()
+    llm = LLM(
+        model=folder,
+        enforce_eager=True,
+        max_model_len=2048,
+        dtype="bfloat16",
+        speculative_config=spec,
+        disable_log_stats=False,
+        seed=0,
+    )
+    load_s = time.perf_counter() - t
+    # Warm-up outside the timing: one short request (kernels, allocator).
+    llm.generate(
+        [{"prompt_token_ids": list(range(1000, 1064))}],
+        SamplingParams(temperature=0.0, max_tokens=4),
+        use_tqdm=False,
+    )
+    conn.send({"load_s": load_s})
+    while (batch := conn.recv()) is not None:
+        params = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=max_new_tokens,
+                extra_args={"agspec_session": p["session"], "agspec_agent": p["agent"]},
+            )
+            for p in batch
+        ]
+        before = spec_counters(llm)
+        t = time.perf_counter()
+        got = llm.generate([{"prompt_token_ids": p["ids"]} for p in batch], params, use_tqdm=False)
+        wall = time.perf_counter() - t
+        after = spec_counters(llm)
+        conn.send(
+            {
+                "outs": [list(o.outputs[0].token_ids) for o in got],
+                "s": wall,
+                "spec": {k: after[k] - before[k] for k in after},
+            }
+        )
+    llm.llm_engine.engine_core.shutdown()
+    conn.send("done")
+
+
+def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, Any]:
+    """Every method's engine is started first (one at a time, each in its own process),
+    then the batches run interleaved: batch j goes to every method in turn (the order
+    rotated from batch to batch), so all methods meet the same machine load. `--methods`
+    may name groups separated by ";" (each engine holds ~4.5 GB here, so a 24 GB machine
+    runs three at once): the groups run one after another, each interleaved."""
+    from transformers import AutoTokenizer
 
     folder = vllm_common.model_folder(args.model)
     tok = AutoTokenizer.from_pretrained(str(folder))
@@ -112,75 +176,135 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
         "tokens",
         file=sys.stderr,
     )
-    results: dict[str, Any] = {}
-    reference: dict[str, list[list[int]]] = {}
-    for method in args.methods.split(","):
-        spec = method_config(method, args.k, global_corpus)
-        t = time.perf_counter()
-        llm = LLM(
-            model=str(folder),
-            enforce_eager=True,
-            max_model_len=2048,
-            dtype="bfloat16",
-            speculative_config=spec,
-            disable_log_stats=False,
-            seed=0,
-        )
-        load_s = time.perf_counter() - t
-
-        def params(p: dict[str, Any]) -> Any:
-            return SamplingParams(
-                temperature=0.0,
-                max_tokens=args.max_new_tokens,
-                extra_args={"agspec_session": p["session"], "agspec_agent": p["agent"]},
-            )
-
-        row: dict[str, Any] = {"load_s": load_s, "load_avg_before": load_avg()}
-        # Warm-up outside the timing: one short request (kernels, allocator).
-        llm.generate(
-            [{"prompt_token_ids": c1[0]["ids"][:64]}],
-            SamplingParams(temperature=0.0, max_tokens=4),
-            use_tqdm=False,
-        )
-        outs_all: dict[str, list[list[int]]] = {}
-        for conc, batches in (("c1", [[p] for p in c1]), ("c8", c8)):
-            outs: list[list[int]] = []
-            t = time.perf_counter()
-            for batch in batches:
-                got = llm.generate(
-                    [{"prompt_token_ids": p["ids"]} for p in batch],
-                    [params(p) for p in batch],
-                    use_tqdm=False,
-                )
-                outs.extend(list(o.outputs[0].token_ids) for o in got)
-            wall = time.perf_counter() - t
-            tokens = sum(map(len, outs))
-            row[conc] = {"tokens": tokens, "s": wall, "tok_s": tokens / wall}
-            outs_all[conc] = outs
-        metrics = {m.name: m for m in llm.get_metrics()}
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-            m = metrics.get(f"vllm:spec_decode_{name}")
-            row[name] = int(m.value) if m is not None and hasattr(m, "value") else None
-        row["load_avg_after"] = load_avg()
-        if method == "none":
-            reference = outs_all
-        elif reference:
+    groups = [[m for m in g.split(",") if m] for g in args.methods.split(";") if g]
+    results: list[dict[str, Any]] = []
+    outputs: list[dict[str, dict[str, list[list[int]]]]] = []
+    for methods in groups:
+        res, outs = _run_group(args, folder, global_corpus, methods, c1, c8)
+        results.append(res)
+        outputs.append(outs)
+    # Every method's outputs against no speculation's (greedy: the same calls give the same
+    # tokens in every engine, whichever group ran "none").
+    reference = next((o["none"] for o in outputs if "none" in o), None)
+    for res, outs in zip(results, outputs):
+        for method, row in res.items():
+            if reference is None or method == "none":
+                continue
             for conc in ("c1", "c8"):
-                diffs = [
-                    i for i, (a, b) in enumerate(zip(reference[conc], outs_all[conc])) if a != b
+                row[conc]["differs_from_none"] = [
+                    i for i, (a, b) in enumerate(zip(reference[conc], outs[method][conc])) if a != b
                 ]
-                row[conc]["differs_from_none"] = diffs
-        results[method] = row
+    return {"groups": results}
+
+
+def _run_group(
+    args: argparse.Namespace,
+    folder: Path,
+    global_corpus: str | None,
+    methods: list[str],
+    c1: list[dict[str, Any]],
+    c8: list[list[dict[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, dict[str, list[list[int]]]]]:
+    """One group of methods, interleaved (every engine of the group alive at once)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    engines: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    try:
+        for method in methods:
+            spec = method_config(method, args.k, global_corpus, args.cost_profile)
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_engine_process, args=(child, str(folder), spec, args.max_new_tokens)
+            )
+            proc.start()
+            ready = parent.recv()
+            engines[method] = (proc, parent)
+            results[method] = {"load_s": ready["load_s"], "load_avg_ready": load_avg()}
+            print(f"{method}: engine ready in {ready['load_s']:.1f} s", file=sys.stderr)
+        outs_all: dict[str, dict[str, list[list[int]]]] = {m: {} for m in methods}
+        for conc, batches in (("c1", [[p] for p in c1]), ("c8", c8)):
+            acc = {
+                m: {"tokens": 0, "requests": 0, "s": 0.0, "drafts": 0, "draft_tokens": 0,
+                    "accepted": 0}
+                for m in methods
+            }  # fmt: skip
+            loads = []
+            for j, batch in enumerate(batches):
+                order = methods[j % len(methods) :] + methods[: j % len(methods)]
+                for method in order:
+                    _, conn = engines[method]
+                    conn.send(batch)
+                    got = conn.recv()
+                    a = acc[method]
+                    a["tokens"] += sum(map(len, got["outs"]))
+                    a["requests"] += len(got["outs"])
+                    a["s"] += got["s"]
+                    for k, v in got["spec"].items():
+                        a[k] += v
+                    outs_all[method].setdefault(conc, []).extend(got["outs"])
+                loads.append(os.getloadavg()[0])
+            for method in methods:
+                a = acc[method]
+                tokens, n = a["tokens"], a["requests"]
+                # Each request's first token comes from its prefill; every later step of
+                # a request commits its accepted draft tokens plus one (the last step's
+                # accepted tokens past max_tokens are counted by vLLM but not output, so
+                # this undercounts steps a little for the drafting methods).
+                steps = tokens - n - a["accepted"]
+                results[method][conc] = {
+                    **a,
+                    "tok_s": tokens / a["s"],
+                    "request_steps": steps,
+                    "tokens_per_step": (tokens - n) / max(steps, 1),
+                    "verified_per_step": 1 + a["draft_tokens"] / max(steps, 1),
+                    "acceptance": a["accepted"] / max(a["draft_tokens"], 1),
+                    "load_avg_1min": [min(loads), max(loads)],
+                }
+    finally:
+        for proc, conn in engines.values():
+            try:
+                conn.send(None)
+                conn.recv()
+            except (OSError, EOFError):
+                pass
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    for method in methods:
+        row = results[method]
+        row["num_accepted_tokens"] = sum(row[c]["accepted"] for c in ("c1", "c8"))
+        row["num_draft_tokens"] = sum(row[c]["draft_tokens"] for c in ("c1", "c8"))
         print(
-            f"{method:14s} load {load_s:5.1f} s  c1 {row['c1']['tok_s']:6.2f} tok/s  "
-            f"c8 {row['c8']['tok_s']:6.2f} tok/s  accepted {row['num_accepted_tokens']} of "
-            f"{row['num_draft_tokens']}  load avg {row['load_avg_after']}",
+            f"{method:16s} c1 {row['c1']['tok_s']:6.2f} tok/s  c8 {row['c8']['tok_s']:6.2f} "
+            f"tok/s  accepted {row['num_accepted_tokens']} of {row['num_draft_tokens']}",
             file=sys.stderr,
         )
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
-    return results
+        for conc in ("c1", "c8"):
+            r = row[conc]
+            print(
+                f"  {conc}: {r['tokens_per_step']:.2f} tokens/step, "
+                f"{r['verified_per_step']:.2f} verified/step, acceptance "
+                f"{r['acceptance']:.2f}, {r['drafts']} drafts in {r['request_steps']} "
+                f"request-steps, load avg {r['load_avg_1min']}",
+                file=sys.stderr,
+            )
+    return results, outs_all
+
+
+def spec_counters(llm: Any) -> dict[str, int]:
+    """vLLM's cumulative speculation counters (drafts, draft tokens, accepted tokens)."""
+    metrics = {m.name: m for m in llm.get_metrics()}
+    out = {}
+    for key, name in (
+        ("drafts", "num_drafts"),
+        ("draft_tokens", "num_draft_tokens"),
+        ("accepted", "num_accepted_tokens"),
+    ):
+        m = metrics.get(f"vllm:spec_decode_{name}")
+        out[key] = int(m.value) if m is not None and hasattr(m, "value") else 0
+    return out
 
 
 # -- 2. proposer CPU time -------------------------------------------------------------------
@@ -311,9 +435,13 @@ def run_proposers(args: argparse.Namespace, global_corpus: str | None) -> dict[s
             prompt, output = render_call(c, "qwen2.5", end_token=True)
             if len(output) >= 2:
                 calls.append((s.session_id, np.asarray(prompt, dtype=np.int32), output))
-    kinds = [("agspec", {}), ("suffix", {})]
+    kinds: list[tuple[str, dict[str, Any]]] = [
+        ("agspec-paper", {"variant": "agspec-paper"}),
+        ("agspec", {}),
+        ("suffix", {}),
+    ]
     if global_corpus is not None:
-        kinds.insert(1, ("agspec-global", {"global_corpus": global_corpus}))
+        kinds.insert(2, ("agspec+global", {"global_corpus": global_corpus}))
     out: dict[str, Any] = {}
     for b in (1, 8, 64):
         for name, options in kinds:
@@ -378,14 +506,25 @@ def build_global(folder: Path, source: Path, glob: str | None) -> tuple[str, dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--methods", default="none,ngram,suffix,agspec")
+    ap.add_argument(
+        "--methods",
+        default="none,ngram,agspec;suffix,agspec-paper,agspec",
+        help="methods, comma-separated; groups (run one after another, each interleaved) "
+        "separated by ';'",
+    )
     ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
     ap.add_argument("--sessions-c1", type=int, default=1)
     ap.add_argument("--rounds-c8", default="2,3,4", help="call indexes run 8 at a time")
     ap.add_argument("--proposer-steps", type=int, default=3840)
+    ap.add_argument(
+        "--cost-profile",
+        default=None,
+        help="cost profile JSON for the cost-aware AgSpec variants (default: the proposer's)",
+    )
     ap.add_argument("--skip-live", action="store_true")
+    ap.add_argument("--skip-proposer", action="store_true")
     ap.add_argument(
         "--global-dir",
         default=str(TASKS),
@@ -395,32 +534,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rounds_c8 = [int(x) for x in args.rounds_c8.split(",") if x]
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine: all run at once
     report: dict[str, Any] = {"args": vars(args), "load_avg_start": load_avg()}
     with tempfile.TemporaryDirectory(prefix="agspec-bench-vllm-") as tmp:
         corpus, report["global_corpus"] = build_global(
             Path(tmp), Path(args.global_dir), args.global_glob
         )
-        report["proposer"] = run_proposers(args, corpus)
+        report["proposer"] = {} if args.skip_proposer else run_proposers(args, corpus)
         if not args.skip_live:
             report["live"] = run_live(args, corpus)
     report["load_avg_end"] = load_avg()
     if "live" in report:
-        live = report["live"]
-        print("\n| method | c1 tok/s | c8 tok/s | accepted / drafted | outputs != none |")
+        print(
+            "\n| group | method | c1 tok/s | c8 tok/s | c1 / c8 tokens per step | c1 / c8 "
+            "verified per step | accepted / drafted | outputs != none | load avg c1 / c8 |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for g, group in enumerate(report["live"]["groups"], start=1):
+            for m, r in group.items():
+                a, b = r["c1"], r["c8"]
+                diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
+                la, lb = a["load_avg_1min"], b["load_avg_1min"]
+                print(
+                    f"| {g} | {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | "
+                    f"{a['tokens_per_step']:.2f} / {b['tokens_per_step']:.2f} | "
+                    f"{a['verified_per_step']:.2f} / {b['verified_per_step']:.2f} | "
+                    f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} | "
+                    f"{la[0]:.1f}-{la[1]:.1f} / {lb[0]:.1f}-{lb[1]:.1f} |"
+                )
+    if report["proposer"]:
+        print("\n| proposer | batch 1 | batch 8 | batch 64 | (us per request-step) |")
         print("|---|---|---|---|---|")
-        for m, r in live.items():
-            diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
-            print(
-                f"| {m} | {r['c1']['tok_s']:.2f} | {r['c8']['tok_s']:.2f} | "
-                f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} |"
-            )
-    print("\n| proposer | batch 1 | batch 8 | batch 64 | (us per request-step) |")
-    print("|---|---|---|---|---|")
-    names = sorted({k.split("@")[0] for k in report["proposer"]})
-    for n in names:
-        cells = [f"{report['proposer'][f'{n}@{b}']['us_per_request_step']:.2f}" for b in (1, 8, 64)]
-        print(f"| {n} | {' | '.join(cells)} | |")
+        names = sorted({k.split("@")[0] for k in report["proposer"]})
+        for n in names:
+            cells = [
+                f"{report['proposer'][f'{n}@{b}']['us_per_request_step']:.2f}" for b in (1, 8, 64)
+            ]
+            print(f"| {n} | {' | '.join(cells)} | |")
     print(f"\nload average: start {report['load_avg_start']}, end {report['load_avg_end']}")
     if args.out:
         tmp_out = Path(args.out).with_suffix(".partial")

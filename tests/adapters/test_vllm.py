@@ -62,7 +62,7 @@ def test_options_travel_in_the_class_name(tmp_path: Path) -> None:
         ({"variant": "nope"}, "unknown AgSpec variant"),
         ({"global_corpus": "/no/such/file.idx"}, "no file at"),
         ({"colour": "red"}, "unknown AgSpec option"),
-        ({"variant": "agspec-paper+cost"}, "needs cost_profile"),
+        ({"cost_profile": "no-such-preset"}, "no file at"),
         ({"batch_size": 0}, "must be positive"),
     ],
 )
@@ -83,6 +83,59 @@ def test_malformed_encoded_name_is_refused() -> None:
         getattr(mod, "AgSpecProposer__!!!")
     with pytest.raises(AttributeError):
         mod.SomethingElse  # noqa: B018
+
+
+def _profile_config(k: int = 16, vocab: int = 1000) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(get_vocab_size=lambda: vocab),
+    )
+
+
+def test_profile_proposer_drafts_its_cycle_and_logs_each_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agspec.adapters.vllm import costprofile
+
+    log = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(costprofile.ENV_OUT, str(log))
+    monkeypatch.setenv(costprofile.ENV_CYCLE, "0,2,5")
+    prop = costprofile.FixedDraftProposer(_profile_config())
+    got = [prop.propose([[1], [], [2, 3]], None, None) for _ in range(4)]
+    # Every decoding row gets the step's length of the vocabulary's last id; a row in
+    # prefill (no sampled tokens) gets none.
+    assert got[0] == [[], [], []]
+    assert got[1] == [[999, 999], [], [999, 999]]
+    assert got[2] == [[999] * 5, [], [999] * 5]
+    assert got[3] == got[0]
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["n"] for r in recs] == [0, 2, 5, 0]
+    assert recs[0]["rows"] == 3 and recs[0]["decoding"] == 2 and recs[0]["committed"] == [1, 2]
+    monkeypatch.setenv(costprofile.ENV_CYCLE, "0,17")
+    with pytest.raises(ValueError, match="must be in"):
+        costprofile.FixedDraftProposer(_profile_config(k=16))
+
+
+def test_profile_step_times_keep_only_full_batch_steps_with_rejected_drafts() -> None:
+    from agspec.adapters.vllm.costprofile import step_times
+
+    def rec(t: float, n: int, rows: int = 2, committed: tuple[int, ...] = (1, 1)) -> dict:
+        return {"t": t, "n": n, "rows": rows, "decoding": len(committed), "committed": committed}
+
+    # Record j: the step that ended at time t committed `committed` and drafted n.
+    records = [
+        rec(0.000, 0),
+        rec(0.010, 3),  # verified 1 token per row in 10 ms
+        rec(0.040, 0),  # verified 1 + 3 in 30 ms
+        rec(0.050, 3, committed=(1, 2)),  # a draft token was accepted: 10 ms not counted
+        rec(0.100, 0),  # verified 1 + 3 (all rejected) in 50 ms
+        rec(0.130, 3, committed=(1,), rows=1),  # a request finished: not a full batch
+        rec(0.200, 0),  # the step after a partial batch: not counted either
+    ]
+    got = step_times(records, 2)
+    assert {n: [round(x, 6) for x in v] for n, v in got.items()} == {1: [10.0], 4: [30.0, 50.0]}
 
 
 # -- vLLM (CPU build) ----------------------------------------------------------------------
@@ -120,6 +173,100 @@ def folder() -> Path:
         return vllm_common.model_folder("smollm2-135m-instruct")
     except Exception as exc:  # no GGUF fetched, or no transformers/gguf
         pytest.skip(f"no SmolLM2 HF folder ({exc}); run `agspec models fetch smollm2`")
+
+
+def _toy_proposer(
+    tmp_path: Path, max_tokens: list[int | None] | None = None, **options: Any
+) -> tuple[Any, Any]:
+    """An AgSpecProposer outside an engine, with the runner fields it reads (as
+    benchmarks/bench_vllm.py drives it)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from agspec.adapters.vllm.proposer import AgSpecProposer
+
+    cfg = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=8),
+        model_config=SimpleNamespace(max_model_len=4096, tokenizer=None, model=None),
+    )
+    prop = AgSpecProposer(cfg, ProposerOptions(tokenizer="qwen2.5", **options))
+    rows = 8
+    ib = SimpleNamespace(
+        token_ids_cpu=np.zeros((rows, 4096), dtype=np.int32),
+        num_tokens_no_spec=np.zeros(rows, dtype=np.int32),
+        req_ids=[f"r{i}" for i in range(rows)],
+        req_id_to_index={f"r{i}": i for i in range(rows)},
+    )
+    requests = {
+        f"r{i}": SimpleNamespace(
+            prompt_token_ids=[100 + i, 5, 6, 7, 5, 6],
+            sampling_params=SimpleNamespace(
+                extra_args={"agspec_session": f"s{i}"},
+                max_tokens=max_tokens[i] if max_tokens else None,
+            ),
+        )
+        for i in range(rows)
+    }
+    for i in range(rows):
+        ib.token_ids_cpu[i, :7] = [100 + i, 5, 6, 7, 5, 6, 7]
+        ib.num_tokens_no_spec[i] = 7
+    runner = SimpleNamespace(input_batch=ib, requests=requests)
+    sched = SimpleNamespace(scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set()))
+    prop.on_update_states(runner, sched, before=True)
+    prop.on_update_states(runner, sched, before=False)
+    return prop, ib
+
+
+@live
+def test_cost_rule_is_priced_at_each_steps_batch(tmp_path: Path) -> None:
+    from agspec.policy.costmodel import ProfileCostModel
+
+    profile = {
+        "format": "agspec-cost-profile", "version": 1, "backend": "vllm", "model": "m",
+        "device": "cpu", "context_tokens": 512,
+        "batch_sizes": {
+            "1": {"n_tokens": [1, 2, 17], "step_ms": [10.0, 10.5, 20.0]},
+            "8": {"n_tokens": [1, 2, 17], "step_ms": [12.0, 18.0, 100.0]},
+        },
+    }  # fmt: skip
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    model = ProfileCostModel.load(path)
+    prop, ib = _toy_proposer(tmp_path, variant="agspec", cost_profile=str(path))
+    lengths = prop.server.lengths
+
+    def want(b: int) -> list[float]:
+        n = len(lengths.step_costs)
+        return [model.step_cost(i, b) / model.step_cost(1, b) for i in range(1, n + 1)]
+
+    # Three rows decode (the others are in prefill: nothing sampled): priced at batch 3,
+    # between the measured 1 and 8, with the ragged-batch rule on.
+    sampled = [[7], [7], [7], [], [], [], [], []]
+    prop.propose(sampled, ib.num_tokens_no_spec, ib.token_ids_cpu)
+    assert lengths.batch_size == 3 and prop.server.batch_cost_mode
+    assert lengths.step_costs == pytest.approx(want(3))
+    assert want(3) != pytest.approx(want(1))
+    # Then one row: batch 1, the single-request rule.
+    for i in range(3):
+        ib.num_tokens_no_spec[i] += 1
+    sampled = [[5], [], [], [], [], [], [], []]
+    prop.propose(sampled, ib.num_tokens_no_spec, ib.token_ids_cpu)
+    assert lengths.batch_size == 1 and not prop.server.batch_cost_mode
+    assert lengths.step_costs == pytest.approx(want(1))
+
+
+@live
+def test_no_draft_past_a_requests_max_tokens(tmp_path: Path) -> None:
+    # Each row: prompt [x, 5, 6, 7, 5, 6] and one output token 7, so "5 6 7" matches and
+    # "5 6 7" follows it: a 3-token draft, unless max_tokens leaves less room.
+    prop, ib = _toy_proposer(
+        tmp_path, [None, 1000, 3, 2, 1, None, None, None], variant="agspec-paper"
+    )
+    drafts = prop.propose([[7]] * 5 + [[]] * 3, ib.num_tokens_no_spec, ib.token_ids_cpu)
+    # 1 token out; max_tokens 3 leaves 2, so the next step commits at most 2: a 1-token
+    # draft; max_tokens 2 leaves 1 (the step's own token): no draft; 1 is already done.
+    assert drafts[:5] == [[5, 6, 7], [5, 6, 7], [5], [], []]
 
 
 REPEAT_TEXT = (

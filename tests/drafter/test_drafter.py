@@ -220,6 +220,27 @@ def test_history_corpus_carries_outputs_across_sessions():
     assert c.propose(8) == [] or c.last_source == "session"
 
 
+def test_history_is_fed_live_so_concurrent_calls_share_answers():
+    """A call's committed tokens reach the history corpus as they are committed: a call of
+    another session running at the same time drafts from them before the first call ends
+    (SuffixDecoding's response tree does the same), and ending the call adds nothing twice."""
+    cfg = AgSpecConfig(use_global=False, use_history=True)
+    server = AgSpecServer(tokenizer=CharTokenizer(), config=cfg)
+    writer = server.session("a").call("coder", "code", 1)
+    writer.begin(toks("\x00task A"))
+    for ch in "print('hello world')":
+        writer.propose(8)
+        writer.accept(toks(ch))  # one plain token per step (no draft accepted)
+    reader = server.session("b").call("coder", "code", 1)  # while `writer` is still live
+    reader.begin(toks("\x00task B: print('hel"))
+    draft = reader.propose(8)
+    assert reader.last_source == "history"
+    assert draft and draft == toks("lo world')")[: len(draft)]
+    before = server.history.num_tokens
+    writer.end()
+    assert server.history.num_tokens == before  # nothing appended at end()
+
+
 def test_min_match_gate_drops_short_matches():
     cfg = AgSpecConfig(use_global=False, min_match_tokens=4)
     sess = AgSpecServer(tokenizer=CharTokenizer(), config=cfg).session("s")
@@ -309,3 +330,43 @@ def test_every_variant_copies_a_retry(variant):
     accepted = sum(a for _, _, a in steps)
     assert accepted >= len(answer) // 2, (variant, accepted, len(steps))
     assert len(steps) < len(answer) // 2
+
+
+def test_end_session_saves_state_at_most_every_save_interval(tmp_path):
+    """A server that ends many short sessions writes its state files on a timer (and when
+    asked), not at every session end; with the default interval 0 it writes every time."""
+    now = [0.0]
+    scales = tmp_path / "scales.json"
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(), scales_path=scales, save_interval_s=30.0, clock=lambda: now[0]
+    )
+
+    def run_session(sid: str) -> None:
+        call = server.session(sid).call("coder")
+        call.begin([ord(c) for c in "abcabcabc"])
+        draft = call.propose(4)
+        call.accept([*draft[:1], ord("x")] if draft else [ord("x")])
+        call.end()
+        server.end_session(sid)
+
+    run_session("s1")  # the first end saves
+    assert scales.is_file()
+    first = scales.stat().st_mtime_ns
+    scales.unlink()
+    now[0] = 10.0
+    run_session("s2")  # 10 s later: no write
+    assert not scales.exists()
+    now[0] = 31.0
+    run_session("s3")  # past the interval: written again
+    assert scales.is_file() and first > 0
+    scales.unlink()
+    server.save_scales()  # shutdown: always writes
+    assert scales.is_file()
+    every = AgSpecServer(tokenizer=CharTokenizer(), scales_path=tmp_path / "b.json")
+    for sid in ("a", "b"):
+        every.session(sid)
+        (tmp_path / "b.json").unlink(missing_ok=True)
+        every.end_session(sid)
+        assert (tmp_path / "b.json").is_file()
+    with pytest.raises(ValueError, match="save_interval_s"):
+        AgSpecServer(tokenizer=CharTokenizer(), save_interval_s=-1.0)

@@ -255,7 +255,7 @@ def test_sigterm_drains_saves_state_records_and_restarts(server, dirs) -> None:
     assert finish and finish[-1] in ("stop", "length"), (chunks, finish)
     log = server.log()
     assert "Waiting for application shutdown" in log and "stopped; state saved" in log
-    # The drafter state is saved (agspec-paper+cost: learned acceptance curves).
+    # The drafter state is saved at shutdown (the default agspec: learned acceptance curves).
     curves = json.loads((dirs["state"] / "curves.json").read_text())
     assert curves["format"] == "agspec-acceptance-curves"
     # Every session served is a trace line; the conversation above is one session.

@@ -75,8 +75,6 @@ def step_batch(
         if applied:
             advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
         for call, toks in zip(applied, moved):
-            if call._output_kept:
-                call._output.extend(toks)
             if call._index_output:
                 call._count(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations in one

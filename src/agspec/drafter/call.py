@@ -32,10 +32,8 @@ class AgSpecCall:
         self._corpora: CorpusSet | None = None
         self._cap = 0
         self._max_occurrences = 32
-        self._output_kept = False
         self._request: Any = None
         self._draft: list[int] = []
-        self._output: list[int] = []
         # The last draft's (length, censored by the cap, match length), for the policy.
         self._decision: tuple[int, bool, int] | None = None
         self._begun = False
@@ -52,7 +50,6 @@ class AgSpecCall:
             self._corpora.close()
         self._corpora = None
         self._request = None
-        self._output = []
         self._draft = []
         self._decision = None
         self._index_output = False
@@ -120,12 +117,14 @@ class AgSpecCall:
                 appends.append((sess.session_corpus.index, self._doc_id))
         if cfg.use_workspace:
             entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
-        if server.history is not None:
-            entries.append(("history", server.history, cfg.history_rule))
+        history = server.open_history()
+        if history is not None:
+            entries.append(("history", history[0], cfg.history_rule))
+            appends.append(history)
         if server.global_corpus is not None:
             entries.append(("global", server.global_corpus.index, cfg.global_rule))
         if cfg.use_request:
-            self._request = ENGINES[cfg.engine]()
+            self._request = ENGINES.get(cfg.engine)()
             self._request.extend_list(0, prompt)
             entries.append(("request", self._request, cfg.session_rule))
             appends.append((self._request, 0))
@@ -142,7 +141,6 @@ class AgSpecCall:
             self.agent, model=lengths.model, batch_size=lengths.batch_size
         )
         self._max_occurrences = cfg.max_occurrences
-        self._output_kept = server.history is not None  # for the history corpus, at end()
         self._begun = True
 
     def propose(self, max_tokens: int) -> list[int]:
@@ -258,8 +256,6 @@ class AgSpecCall:
         committed = self._check_committed(committed_ids)
         assert self._corpora is not None
         self._corpora.advance(committed)
-        if self._output_kept:
-            self._output.extend(committed)
         if self._index_output:
             self._count(len(committed))
 
@@ -267,8 +263,6 @@ class AgSpecCall:
         if self._ended:
             return
         self._ended = True
-        self.session.server.add_history(self._output)
-        self._output = []
         if self._corpora is not None:
             self._corpora.close()
         self._corpora = None

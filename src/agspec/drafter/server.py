@@ -5,6 +5,7 @@ lifecycle and an example)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -43,8 +44,17 @@ class AgSpecServer:
         clock: Callable[[], float] = time.monotonic,
         cost_model: Any = None,
         curves_path: str | os.PathLike[str] | None = None,
+        save_interval_s: float = 0.0,
     ) -> None:
+        if not (isinstance(save_interval_s, (int, float)) and 0 <= save_interval_s < math.inf):
+            raise ValueError(
+                f"save_interval_s must be a finite number >= 0, got {save_interval_s!r}"
+            )
         self.name = name
+        # end_session saves the learned state at most this often (0: at every session end);
+        # a server that ends many short sessions (agspec serve) saves on a timer and at close.
+        self.save_interval_s = float(save_interval_s)
+        self._last_save = -math.inf
         self.config = cfg = config or AgSpecConfig()
         self.tokenizer = tokenizer
         self.global_corpus = global_corpus if cfg.use_global else None
@@ -122,7 +132,7 @@ class AgSpecServer:
             "history": cfg.history_rule,
         }
         self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
-        self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
+        self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
 
     def set_batch_size(self, batch_size: int) -> None:
@@ -150,22 +160,28 @@ class AgSpecServer:
             self.batch_cost_mode = batch_size > 1
         lengths.batch_size = batch_size
 
-    def add_history(self, output_ids: list[int]) -> None:
-        """Adds a finished call's output to the history corpus (when enabled).
+    def open_history(self) -> tuple[Any, int] | None:
+        """A new document of the history corpus for one call's output: (index, doc id), or
+        None when the history corpus is off. The call appends every token it commits, as
+        it commits it, so calls running at the same time draft from each other's answers
+        while they are written (as SuffixDecoding's response tree does).
 
-        Past the budget the history is started afresh (oldest text goes first).
+        Past the budget the history is started afresh (the oldest text goes first); calls
+        still writing to the old one keep it until they end.
         """
-        if self.history is None or not output_ids:
-            return
-        if self.history.num_tokens + len(output_ids) > self.config.history_budget_tokens:
-            self.history = ENGINES[self.config.engine]()
-        self.history.extend_list(self._history_docs, output_ids)
+        if self.history is None:
+            return None
+        if self.history.num_tokens >= self.config.history_budget_tokens:
+            self.history = ENGINES.get(self.config.engine)()
         self._history_docs += 1
+        return self.history, self._history_docs
 
     def save_scales(self) -> None:
         """Writes what the server learned online (atomically) so it survives a restart:
         the per-agent scales to `scales_path`, the acceptance curves of length_mode="cost"
-        to `curves_path` (each when given). Called at every `end_session`."""
+        to `curves_path` (each when given). `end_session` calls it (at most every
+        `save_interval_s`); call it at shutdown too."""
+        self._last_save = self._clock()
         if self.scales_path is not None and self.lengths.scale is not None:
             self.lengths.scale.save(self.scales_path)
         if self.curves_path is not None and self.cost_mode:
@@ -197,7 +213,8 @@ class AgSpecServer:
         s = self._sessions.pop(session_id, None)
         if s is not None:
             self._close(s)
-        self.save_scales()
+        if self._clock() - self._last_save >= self.save_interval_s:
+            self.save_scales()
 
     @property
     def live_tokens(self) -> int:
@@ -214,7 +231,7 @@ class AgSpecServer:
             call._release()
         s._calls.clear()
         if self._empty is None:
-            factory = ENGINES[self.config.engine]
+            factory = ENGINES.get(self.config.engine)
             self._empty = (
                 SessionCorpus(separator_id=self.separator_id, index_factory=factory),
                 WorkspaceCorpus(self.tokenizer.encode, "none", index_factory=factory),

@@ -299,6 +299,8 @@ class Engine:
                 name=name,
                 scales_path=state / "scales.json" if state else None,
                 curves_path=state / "curves.json" if state else None,
+                # At most one state write per 30 s (and one at close), not one per session.
+                save_interval_s=30.0,
             )
         from agspec.lab.registry import drafter_names, make_server
 
@@ -381,7 +383,7 @@ class Engine:
 
     def _end_all_sessions(self) -> None:
         for sid in list(self._sessions):
-            self._end_session(sid, save=False)
+            self._end_session(sid)
         if self.recorder is not None:
             self.recorder.flush_all()
         self.save_state()
@@ -436,7 +438,7 @@ class Engine:
         self.metrics.sessions.set(len(self.resolver))
         self.metrics.drafter_sessions.set(len(self._sessions))
 
-    def _end_session(self, sid: str, *, save: bool = True) -> None:
+    def _end_session(self, sid: str) -> None:
         self._turns.pop(sid, None)
         s = self._sessions.pop(sid, None)
         if s is not None:

