@@ -25,7 +25,9 @@ Per request, one AgSpec call keyed by request id:
   agent from `extra_args["agspec_agent"]`, else `agspec.drafter.session_inference.agent_name` of the
   prompt's system message;
 - fed each step's committed tokens (`accept`), then asked for up to
-  `num_speculative_tokens` tokens (`propose`; ragged lengths per row);
+  `num_speculative_tokens` tokens (`propose`; ragged lengths per row), never past the
+  request's `max_tokens` or `max_model_len`; the cost-aware variants price the step at its
+  number of drafting rows (`_price_at`);
 - ended when the request leaves the persistent batch: finished or aborted (it is no longer
   in `runner.requests`; its prompt and output are then recorded for session inference),
   or preempted / not scheduled this step (begun again when it returns).
