@@ -35,12 +35,17 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agspec import drafter
+from agspec.drafter.factory import DrafterContext, DrafterFactory
+from agspec.drafter.replay import replay_factory
+from agspec.drafter.variants import VARIANTS
+from agspec.index.engines import ENGINES
 from agspec.lab.records import ReplayCall, ReplaySession
-from agspec.lab.registry import make_server
+from agspec.lab.registry import DRAFTERS
 from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
 from agspec.tokenizers import get_tokenizer
 
@@ -138,19 +143,25 @@ def bench(
     up to D - 1 tokens, match + draft <= D), e.g. `agspec-paper-on-suffix-tree@96`.
     """
     base, _, depth = name.partition("@")
-    saved = drafter.ENGINES["suffix-tree"]
+    factory = DRAFTERS.get(base)
     if depth:
-        from agspec.index.suffix_tree import SuffixTreeIndex
+        if base not in VARIANTS:
+            raise ValueError(f"{name}: @D sets the suffix-tree depth of an AgSpec variant")
+        engine = f"suffix-tree@{int(depth)}"
+        if engine not in ENGINES:
+            from agspec.index.suffix_tree import SuffixTreeIndex
 
-        drafter.ENGINES["suffix-tree"] = lambda: SuffixTreeIndex(int(depth))
-    try:
-        return _bench(name, base, sessions, tokenizer, max_draft)
-    finally:
-        drafter.ENGINES["suffix-tree"] = saved
+            ENGINES.register(engine, partial(SuffixTreeIndex, int(depth)), help="bench")
+        factory = replay_factory(name, replace(VARIANTS[base], engine=engine))
+    return _bench(name, factory, sessions, tokenizer, max_draft)
 
 
 def _bench(
-    name: str, base: str, sessions: Sequence[ReplaySession], tokenizer: Any, max_draft: int
+    name: str,
+    factory: DrafterFactory,
+    sessions: Sequence[ReplaySession],
+    tokenizer: Any,
+    max_draft: int,
 ) -> dict[str, Any]:
     folds = global_docs_by_fold(sessions, include_prompts=False)
     totals = {"steps": 0, "accepted": 0, "drafted": 0, "output_tokens": 0, "draft_ns": 0}
@@ -160,9 +171,7 @@ def _bench(
         if not mine:
             continue
         t0 = time.perf_counter()
-        server = make_server(
-            base, global_docs=folds[fold], tokenizer=tokenizer, cost_model=None, batch_size=1
-        )
+        server = factory(DrafterContext(global_docs=folds[fold], tokenizer=tokenizer))
         build_s += time.perf_counter() - t0
         for s in mine:
             for k, v in replay_session(server, s, max_draft).items():

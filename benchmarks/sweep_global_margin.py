@@ -30,8 +30,8 @@ def main() -> int:
     names = []
     for delta in args.deltas:
         name = f"{args.base}-delta{delta}"
-        VARIANTS[name] = replace(VARIANTS[args.base], global_margin_tokens=delta)
-        register_drafter(name, replay_factory(name))
+        config = replace(VARIANTS[args.base], global_margin_tokens=delta)
+        register_drafter(name, replay_factory(name, config))
         names.append(name)
     argv = [
         "replay",

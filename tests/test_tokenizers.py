@@ -82,3 +82,13 @@ def test_tokenizer_json_path_errors_clearly(tmp_path):
 def test_encode_rejects_non_text():
     with pytest.raises(TypeError):
         get_tokenizer().encode(b"bytes")  # type: ignore[arg-type]
+
+
+def test_a_tokenizer_pickles_by_name():
+    # What a replay worker started by `spawn` receives (agspec.lab.run).
+    import pickle
+
+    tok = get_tokenizer("qwen2.5")
+    data = pickle.dumps(tok)
+    assert b"qwen2.5" in data and len(data) < 200  # the name, not the vocabulary
+    assert pickle.loads(data) is tok

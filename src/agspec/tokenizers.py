@@ -28,6 +28,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Tokenizer", "get_tokenizer", "TOKENIZER_NAMES"]
 
@@ -67,6 +68,11 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Pickled by name (its codec closures cannot be): a replay worker started by
+        # `spawn` loads the same tokenizer (`agspec.lab.run`).
+        return (get_tokenizer, (self.name,))
 
 
 _cache: dict[str, Tokenizer] = {}

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("agspec._native", reason="native index not built (pip install -e .)")
 
-from agspec.baselines.registry import FAMILY_NAMES, make_family  # noqa: E402
+from agspec.baselines.registry import BASELINES, make_family  # noqa: E402
 from agspec.drafter.protocol import CallDrafter, DrafterServer, DrafterSession  # noqa: E402
 
 HAS_ARCTIC = importlib.util.find_spec("arctic_inference") is not None
@@ -23,7 +23,7 @@ class Ints:
 
 
 def test_every_required_name_is_registered() -> None:
-    assert REQUIRED | {"fastcoder"} <= set(FAMILY_NAMES)
+    assert REQUIRED | {"fastcoder"} <= set(BASELINES.names())
 
 
 # Each family, the same task: a prompt that repeats "1 2 3 4 5 6 7" and a global corpus
@@ -31,7 +31,7 @@ def test_every_required_name_is_registered() -> None:
 PHRASE = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", BASELINES.names())
 def test_family_drafts_the_obvious_continuation(name: str) -> None:
     if name.startswith("suffix") and not HAS_ARCTIC:
         pytest.skip("arctic-inference 0.3.0 is not installed (pip install 'agspec[suffix]')")

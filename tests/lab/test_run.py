@@ -101,7 +101,7 @@ def test_registry_and_config_validation() -> None:
     with pytest.raises(ValueError, match="unknown drafter"):
         make_server("nope", global_docs=[], tokenizer=None, cost_model=None, batch_size=1)
     with pytest.raises(ValueError, match="reserved"):
-        register_drafter("oracle", DRAFTERS["ar"])
+        register_drafter("oracle", DRAFTERS.get("ar"))
     with pytest.raises(ValueError, match="no summary.json"):
         load_entries(["/nonexistent-run-folder"])
 
@@ -171,3 +171,44 @@ def test_a_profile_without_the_batch_size_is_warned_about(tmp_path: Path) -> Non
             _sessions()[:2], config, tmp_path, tokenizer=None,
             cost_model_for=lambda ctx: profile, progress=False,
         )  # fmt: skip
+
+
+def test_spawned_workers_replay_as_the_parent_does(tmp_path: Path) -> None:
+    # Workers started by `spawn` inherit nothing: the run's settings (here caps of 1 token,
+    # which change the result) must reach them in their task state, not in module globals.
+    pytest.importorskip("agspec._native", reason="native index not built (pip install -e .)")
+    from agspec.lab.run import resolve_cost_model
+    from agspec.policy.caps import ProfiledCap
+    from agspec.tokenizers import get_tokenizer
+
+    phrase = list(range(10, 50))
+
+    def call(turn: int) -> ReplayCall:
+        return ReplayCall("coder", "code", turn, phrase + [1] + phrase, phrase + [2])
+
+    sessions = [ReplaySession(sid, (call(0), call(1)), source="src1") for sid in ("a", "e", "b")]
+    config = RunConfig(drafters=("agspec-paper", "pld-hf"), batch_sizes=(1, 2))
+    kwargs = dict(
+        tokenizer=get_tokenizer("qwen2.5"),
+        cost_model_for=lambda n: resolve_cost_model("h200-qwen2.5-32b", context_tokens=n),
+        progress=False,
+    )
+    caps = ProfiledCap(default_cap_tokens=1)
+    keys = ("drafter", "batch_size", "num_steps", "num_drafted_tokens", "num_accepted_tokens")
+
+    def counts(entries: list[dict]) -> list[list]:
+        return [[e[k] for k in keys] for e in entries]
+
+    free = run_replay(sessions, config, tmp_path / "free", **kwargs)
+    capped = run_replay(sessions, config, tmp_path / "capped", caps=caps, **kwargs)
+    spawned = run_replay(
+        sessions, config, tmp_path / "spawned", caps=caps, jobs=2, start_method="spawn", **kwargs
+    )
+    assert counts(spawned) == counts(capped)
+    # The caps matter for AgSpec (at most 1 draft token per step), not for PLD.
+    paper = [i for i, e in enumerate(capped) if e["drafter"] == "agspec-paper"]
+    assert all(capped[i]["num_drafted_tokens"] <= capped[i]["num_steps"] for i in paper)
+    assert all(counts(free)[i] != counts(capped)[i] for i in paper)
+    assert counts(free)[2:] == counts(capped)[2:]
+    with pytest.raises(ValueError, match="start_method"):
+        run_replay(sessions, config, tmp_path / "bad", start_method="thread", **kwargs)

@@ -1,15 +1,15 @@
-"""Every baseline drafter family by name, each a `DrafterServer` built the same way.
+"""Every baseline drafter family by name: `BASELINES`, a registry of drafter factories.
 
     make_family(name, *, global_docs=..., tokenizer=..., cost_model=..., batch_size=...)
+    BASELINES.get(name)(DrafterContext(...))       # the same, from a built context
 
-`global_docs` is the global corpus as a list of token-id lists (e.g. outputs of other
-sessions); families that keep no global corpus (PLD, SuffixDecoding's per-request tree)
-ignore it, except SuffixDecoding, which caches them as earlier responses (see
-`agspec.baselines.suffix`). `tokenizer` (an object with `.encode(text)`, or a name for
-`agspec.tokenizers.get_tokenizer`) turns artifact text into tokens; only `fastcoder` reads
-artifacts. `cost_model` and `batch_size` are accepted so every drafter factory has one
-signature; no baseline uses them (their draft lengths are fixed before serving, which is
-what the comparison is about).
+Each entry is a `DrafterFactory` (`agspec.drafter.factory`): it reads the context's
+`global_docs` (the global corpus as token-id lists, e.g. outputs of other sessions;
+families that keep no global corpus, PLD and SuffixDecoding's per-request tree, ignore
+it, and SuffixDecoding caches them as earlier responses, see `agspec.baselines.suffix`)
+and `tokenizer` (an object with `.encode(text)`; only `fastcoder` reads artifacts). No
+baseline reads `cost_model`, `batch_size` or `caps`: their draft lengths are fixed before
+serving, which is what the comparison is about.
 
 Engines are imported when a family is made, so a missing optional engine fails there,
 with the extra to install.
@@ -24,46 +24,35 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
+from agspec._registry import Registry
+from agspec.drafter.factory import DrafterContext, DrafterFactory
 from agspec.drafter.protocol import DrafterServer
 
-FAMILY_NAMES: tuple[str, ...] = (
-    "pld-hf",
-    "pld-vllm",
-    "rest",
-    "sam-fixed",
-    "sam-scaled",
-    "suffix-64",
-    "suffix-24",
-    "suffix-64-local",
-    "suffix-cache",
-    "suffix-cache-24",
-    "suffix-cache-local",
-    "fastcoder",
-)
 
-
-def _pld(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _pld(name: str, ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.pld import PLD_HF, PLD_VLLM, PLDServer
 
     return PLDServer(PLD_HF if name == "pld-hf" else PLD_VLLM)
 
 
-def _rest(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _rest(ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.rest import RestServer
 
-    return RestServer(global_docs=docs)
+    return RestServer(global_docs=list(ctx.global_docs))
 
 
-def _sam(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _sam(name: str, ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.sam import SAM_FIXED, SAM_SCALED, SamServer
 
-    return SamServer(SAM_FIXED if name == "sam-fixed" else SAM_SCALED, global_docs=docs)
+    config = SAM_FIXED if name == "sam-fixed" else SAM_SCALED
+    return SamServer(config, global_docs=list(ctx.global_docs))
 
 
-def _suffix(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _suffix(name: str, ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.suffix import (
         SUFFIX_24,
         SUFFIX_64,
@@ -73,10 +62,11 @@ def _suffix(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServ
 
     config = {"suffix-64": SUFFIX_64, "suffix-24": SUFFIX_24, "suffix-64-local": SUFFIX_64_LOCAL}
     # The per-request-only variant keeps no global tree, so no global corpus either.
-    return SuffixDecodingServer(config[name], global_docs=docs if name != "suffix-64-local" else [])
+    docs = list(ctx.global_docs) if name != "suffix-64-local" else []
+    return SuffixDecodingServer(config[name], global_docs=docs)
 
 
-def _suffix_cache(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _suffix_cache(name: str, ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.suffix_cache import (
         SUFFIX_CACHE_24,
         SUFFIX_CACHE_64,
@@ -89,29 +79,75 @@ def _suffix_cache(name: str, docs: list[Sequence[int]], tokenizer: Any) -> Draft
         "suffix-cache-24": SUFFIX_CACHE_24,
         "suffix-cache-local": SUFFIX_CACHE_LOCAL,
     }[name]
-    return SuffixCacheServer(config, global_docs=docs if name != "suffix-cache-local" else [])
+    docs = list(ctx.global_docs) if name != "suffix-cache-local" else []
+    return SuffixCacheServer(config, global_docs=docs)
 
 
-def _fastcoder(name: str, docs: list[Sequence[int]], tokenizer: Any) -> DrafterServer:
+def _fastcoder(ctx: DrafterContext) -> DrafterServer:
     from agspec.baselines.fastcoder import FastCoderServer
 
-    return FastCoderServer(global_docs=docs, tokenizer=tokenizer)
+    return FastCoderServer(global_docs=list(ctx.global_docs), tokenizer=ctx.tokenizer)
 
 
-_FACTORIES: dict[str, Callable[[str, list[Sequence[int]], Any], DrafterServer]] = {
-    "pld-hf": _pld,
-    "pld-vllm": _pld,
-    "rest": _rest,
-    "sam-fixed": _sam,
-    "sam-scaled": _sam,
-    "suffix-64": _suffix,
-    "suffix-24": _suffix,
-    "suffix-64-local": _suffix,
-    "suffix-cache": _suffix_cache,
-    "suffix-cache-24": _suffix_cache,
-    "suffix-cache-local": _suffix_cache,
-    "fastcoder": _fastcoder,
-}
+BASELINES: Registry[DrafterFactory] = Registry("baseline")
+_register = BASELINES.register
+_register(
+    "pld-hf",
+    partial(_pld, "pld-hf"),
+    help="prompt lookup (HF settings): n-gram in prompt + output, 10 tokens",
+)
+_register(
+    "pld-vllm",
+    partial(_pld, "pld-vllm"),
+    help="prompt lookup (vLLM settings): n-gram in prompt + output, 5 tokens",
+)
+_register("rest", _rest, help="REST: datastore of global_docs, 10 tokens")
+_register(
+    "sam-fixed",
+    partial(_sam, "sam-fixed"),
+    help="SAM-Decoding: static + request automata, 39 tokens",
+)
+_register(
+    "sam-scaled",
+    partial(_sam, "sam-scaled"),
+    help="SAM-Decoding: static + request automata, min(59, 4 x match)",
+)
+_register(
+    "suffix-64",
+    partial(_suffix, "suffix-64"),
+    help="SuffixDecoding: global + per-request trees, depth 64",
+)
+_register(
+    "suffix-24",
+    partial(_suffix, "suffix-24"),
+    help="SuffixDecoding: depth 24, FIFO of 10,000 responses",
+)
+_register(
+    "suffix-64-local",
+    partial(_suffix, "suffix-64-local"),
+    help="SuffixDecoding, the per-request tree only (no global corpus)",
+)
+_register(
+    "suffix-cache",
+    partial(_suffix_cache, "suffix-cache"),
+    help="as suffix-64 via SuffixDecodingCache, responses added token by token",
+)
+_register(
+    "suffix-cache-24",
+    partial(_suffix_cache, "suffix-cache-24"),
+    help="as suffix-24 via SuffixDecodingCache",
+)
+_register(
+    "suffix-cache-local",
+    partial(_suffix_cache, "suffix-cache-local"),
+    help="as suffix-64-local via SuffixDecodingCache",
+)
+_register(
+    "fastcoder",
+    _fastcoder,
+    help="FastCoder: repository files, common code, earlier outputs; 10 tokens",
+)
+del _register
 
 
 def make_family(
@@ -122,11 +158,8 @@ def make_family(
     cost_model: Any = None,
     batch_size: int = 1,
 ) -> DrafterServer:
-    """A fresh server of the named baseline family (names: `FAMILY_NAMES`)."""
-    if name not in _FACTORIES:
-        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(FAMILY_NAMES)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    """A fresh server of the named baseline family (names: `BASELINES.names()`)."""
+    factory = BASELINES.get(name)
     if isinstance(tokenizer, str):
         from agspec.tokenizers import get_tokenizer
 
@@ -136,4 +169,7 @@ def make_family(
     if isinstance(global_docs, (str, bytes)):
         raise TypeError("global_docs must be a list of token-id lists")
     docs = list(global_docs) if global_docs is not None else []
-    return _FACTORIES[name](name, docs, tokenizer)
+    ctx = DrafterContext(
+        global_docs=docs, tokenizer=tokenizer, cost_model=cost_model, batch_size=batch_size
+    )
+    return factory(ctx)

@@ -145,11 +145,11 @@ def _replay(args: argparse.Namespace) -> int:
         steady_state=args.steady_state,
         extra={"caps": args.caps} if args.caps else {},
     )
+    caps = None
     if args.caps:
-        from agspec.drafter.replay import set_replay_caps
         from agspec.policy.caps import ProfiledCap
 
-        set_replay_caps(ProfiledCap.load(args.caps))
+        caps = ProfiledCap.load(args.caps)
     tokenizer = get_tokenizer(args.tokenizer)
     t0 = time.perf_counter()
     sessions = load_sessions(args.traces, tokenizer, limit_sessions=args.limit_sessions)
@@ -167,6 +167,7 @@ def _replay(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         jobs=args.jobs,
         mark_complete=False,
+        caps=caps,
     )
     print(f"split: {config.split_description()}")
     print(format_table(entries))

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from agspec.traces.importers import FORMATS, Skipped, find_trace_files, iter_import
+from agspec.traces.importers import IMPORTERS, Skipped, find_trace_files, iter_import
 
 
 def register(sub: Any) -> None:
@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
     tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND", required=True)
 
     imp = tsub.add_parser("import", help="convert third-party traces to AgSpec JSONL")
-    imp.add_argument("format", choices=sorted(FORMATS), help="the traces' format")
+    imp.add_argument("format", choices=sorted(IMPORTERS), help="the traces' format")
     imp.add_argument("paths", nargs="+", help="trace files or folders (searched recursively)")
     imp.add_argument("-o", "--output", required=True, help="output .jsonl file")
     imp.add_argument(
@@ -65,7 +65,7 @@ def _import(args: argparse.Namespace) -> int:
     files = find_trace_files(args.format, args.paths)
     if not files:
         raise ValueError(
-            f"no {args.format} trace files (*{FORMATS[args.format]}) under "
+            f"no {args.format} trace files (*{IMPORTERS.get(args.format).suffix}) under "
             f"{', '.join(args.paths)}; nothing written"
         )
     check_not_input(args.output, files)

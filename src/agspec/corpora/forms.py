@@ -5,11 +5,12 @@ removed line as "-line"; one that writes whole files through a JSON tool call es
 newlines, quotes and backslashes. The workspace corpus indexes these forms next to the
 raw text, so a copied line matches what the agent writes.
 
-Adding a scaffold format is one small function:
+Adding a scaffold format is one small function and one line in `EMISSION_FORMS`:
 
-    @register("my_format")
     def _my_format(text: str) -> list[str]:
         return [text.upper()]
+
+    EMISSION_FORMS.register("my_format", _my_format, help="...")
 
 Example:
     >>> emission_forms("a\\nb\\n", "unified_diff")
@@ -21,20 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from agspec._registry import Registry
+
+# The extra forms (besides the raw text) of one emission format.
 FormFn = Callable[[str], list[str]]
-_REGISTRY: dict[str, FormFn] = {}
-
-
-def register(name: str) -> Callable[[FormFn], FormFn]:
-    """Registers the extra forms (besides the raw text) for an emission format."""
-
-    def deco(fn: FormFn) -> FormFn:
-        if name in _REGISTRY:
-            raise ValueError(f"emission format {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
-
-    return deco
 
 
 def prefix_lines(text: str, prefix: str) -> str:
@@ -42,36 +33,38 @@ def prefix_lines(text: str, prefix: str) -> str:
     return "".join(prefix + line for line in text.splitlines(keepends=True))
 
 
-@register("unified_diff")
 def _unified_diff(text: str) -> list[str]:
     return [prefix_lines(text, " "), prefix_lines(text, "-")]
 
 
-@register("whole_file_json")
 def _whole_file_json(text: str) -> list[str]:
     # The file as a JSON string literal carries it, without the surrounding quotes.
     return [json.dumps(text, ensure_ascii=False)[1:-1]]
 
 
+def _raw_only(text: str) -> list[str]:
+    return []
+
+
+EMISSION_FORMS: Registry[FormFn] = Registry("emission format")
+EMISSION_FORMS.register("unified_diff", _unified_diff, help="kept ' line' and removed '-line'")
+EMISSION_FORMS.register(
+    "whole_file_json", _whole_file_json, help="the file as a JSON string literal's body"
+)
 # Formats whose emitted lines equal the file's lines: the raw text is the emitted form.
 for _name in ("whole_file", "search_replace", "line_edit", "bash", "none"):
-    register(_name)(lambda text: [])
+    EMISSION_FORMS.register(_name, _raw_only, help="the raw text only")
 
 
 def known_formats() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(EMISSION_FORMS)
 
 
 def emission_forms(text: str, emission_format: str, *, include_raw: bool = True) -> list[str]:
     """The raw text (first, unless `include_raw=False`) and the format's extra forms."""
     if not isinstance(text, str):
         raise TypeError(f"artifact text must be str, got {type(text).__name__}")
-    try:
-        extra = _REGISTRY[emission_format]
-    except KeyError:
-        raise ValueError(
-            f"unknown emission format {emission_format!r}; known: {', '.join(known_formats())}"
-        ) from None
+    extra = EMISSION_FORMS.get(emission_format)
     forms = [text] if include_raw else []
     for form in extra(text):
         if form != text and form not in forms:

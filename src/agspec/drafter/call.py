@@ -102,7 +102,7 @@ class AgSpecCall:
         if server.global_corpus is not None:
             entries.append(("global", server.global_corpus.index, cfg.global_rule))
         if cfg.use_request:
-            self._request = ENGINES[cfg.engine]()
+            self._request = ENGINES.get(cfg.engine)()
             self._request.extend_list(0, prompt)
             entries.append(("request", self._request, cfg.session_rule))
             appends.append((self._request, 0))

@@ -1,16 +1,21 @@
-"""Replay-lab factories: one AgSpec server per named variant (`agspec.lab.registry`)."""
+"""Replay-lab factories: one AgSpec server per named variant (`agspec.lab.registry`).
+
+`replay_factory(name)` is the `DrafterFactory` of variant `name` of `VARIANTS` (or of an
+explicit `config`, e.g. a swept setting); what the run sets (global documents, cost
+model, batch size, profiled caps) comes in the `DrafterContext` of each call.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agspec.corpora import GlobalCorpus
+from agspec.drafter.config import AgSpecConfig
+from agspec.drafter.factory import DrafterContext, DrafterFactory
 from agspec.drafter.server import AgSpecServer
 from agspec.drafter.variants import VARIANTS
 from agspec.index.engines import ENGINES
-from agspec.policy.caps import ProfiledCap
 from agspec.policy.costmodel import break_even_accept_prob
 
 
@@ -21,47 +26,28 @@ def _break_even(cost_model: Any, batch_size: int) -> float | None:
     return float(break_even_accept_prob(cost_model, batch_size))
 
 
-def replay_factory(
-    variant: str,
-) -> Callable[[Sequence[Sequence[int]], Any, Any, int], AgSpecServer]:
-    """A replay-lab factory for one named variant of `VARIANTS`."""
-    config = VARIANTS[variant]
+def replay_factory(name: str, config: AgSpecConfig | None = None) -> DrafterFactory:
+    """The factory of AgSpec servers named `name`, configured as `VARIANTS[name]` unless
+    `config` is given."""
+    cfg0 = VARIANTS[name] if config is None else config
 
-    def factory(
-        global_docs: Sequence[Sequence[int]], tokenizer: Any, cost_model: Any, batch_size: int
-    ) -> AgSpecServer:
+    # -> AgSpecServer, a DrafterServer whose sessions' open_artifact returns a count.
+    def factory(ctx: DrafterContext) -> Any:
         g = (
-            GlobalCorpus.build(global_docs, ENGINES[config.engine])
-            if config.use_global and global_docs
+            GlobalCorpus.build(ctx.global_docs, ENGINES.get(cfg0.engine))
+            if cfg0.use_global and ctx.global_docs
             else None
         )
-        p_star = _break_even(cost_model, batch_size)
-        cfg = config if p_star is None else replace(config, break_even_prob=p_star)
+        p_star = _break_even(ctx.cost_model, ctx.batch_size)
+        cfg = cfg0 if p_star is None else replace(cfg0, break_even_prob=p_star)
         return AgSpecServer(
-            tokenizer=tokenizer,
+            tokenizer=ctx.tokenizer,
             global_corpus=g,
             config=cfg,
-            caps=_replay_caps(),
-            batch_size=batch_size,
-            name=variant,
-            cost_model=cost_model,
+            caps=ctx.caps,
+            batch_size=ctx.batch_size,
+            name=name,
+            cost_model=ctx.cost_model,
         )
 
     return factory
-
-
-_REPLAY_CAPS: ProfiledCap | None = None
-
-
-def set_replay_caps(caps: ProfiledCap | None) -> None:
-    """Caps the replay factories hand to AgSpec servers (from `agspec profile`)."""
-    global _REPLAY_CAPS
-    _REPLAY_CAPS = caps
-
-
-def _replay_caps() -> ProfiledCap | None:
-    return _REPLAY_CAPS
-
-
-# Picked up by agspec.lab.registry: every variant is a replay drafter by its name.
-REPLAY_DRAFTERS = {name: replay_factory(name) for name in VARIANTS}

@@ -126,7 +126,7 @@ class AgSpecServer:
             "history": cfg.history_rule,
         }
         self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
-        self.history: Any = ENGINES[cfg.engine]() if cfg.use_history else None
+        self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
 
     def open_history(self) -> tuple[Any, int] | None:
@@ -141,7 +141,7 @@ class AgSpecServer:
         if self.history is None:
             return None
         if self.history.num_tokens >= self.config.history_budget_tokens:
-            self.history = ENGINES[self.config.engine]()
+            self.history = ENGINES.get(self.config.engine)()
         self._history_docs += 1
         return self.history, self._history_docs
 
@@ -200,7 +200,7 @@ class AgSpecServer:
             call._release()
         s._calls.clear()
         if self._empty is None:
-            factory = ENGINES[self.config.engine]
+            factory = ENGINES.get(self.config.engine)
             self._empty = (
                 SessionCorpus(separator_id=self.separator_id, index_factory=factory),
                 WorkspaceCorpus(self.tokenizer.encode, "none", index_factory=factory),

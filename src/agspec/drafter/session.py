@@ -20,7 +20,7 @@ class AgSpecSession:
         cfg = server.config
         self.server = server
         self.session_id = session_id
-        factory = ENGINES[cfg.engine]
+        factory = ENGINES.get(cfg.engine)
         self.session_corpus = SessionCorpus(separator_id=server.separator_id, index_factory=factory)
         self.workspace = WorkspaceCorpus(
             server.tokenizer.encode,

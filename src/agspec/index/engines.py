@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agspec._registry import Registry
 from agspec.index.token_index import TokenIndex
 
 # Makes an empty index. The native `TokenIndex` by default; any object with the same
@@ -25,8 +26,10 @@ def _suffix_tree_index() -> Any:
     return SuffixTreeIndex(max_depth=96)
 
 
-# Retrieval engines by name: a factory of empty indexes.
-ENGINES: dict[str, IndexFactory] = {
-    "native": _native_index,
-    "suffix-tree": _suffix_tree_index,
-}
+ENGINES: Registry[IndexFactory] = Registry("index engine")
+ENGINES.register("native", _native_index, help="the native token index (C++)")
+ENGINES.register(
+    "suffix-tree",
+    _suffix_tree_index,
+    help="SuffixDecoding's suffix tree, depth 96 (arctic-inference, the `suffix` extra)",
+)

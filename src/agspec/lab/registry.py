@@ -1,9 +1,11 @@
-"""Drafters the replay lab knows by name: one line per drafter.
+"""Drafters the replay lab knows by name: `DRAFTERS`, one registry of drafter factories.
 
 A factory builds a fresh `DrafterServer` for one replay (one source, one fold, one batch
-size): `factory(global_docs, tokenizer, cost_model, batch_size)`. `global_docs` are the
-token-id documents of the other fold (see `agspec.lab.run`); a drafter that has no
-global corpus ignores them.
+size) from a `DrafterContext` (`agspec.drafter.factory`): the token-id documents of the
+other fold (see `agspec.lab.run`; a drafter that has no global corpus ignores them), the
+tokenizer, the cost model, the batch size and the profiled caps. The entries, in order:
+`ar`, every baseline of `agspec.baselines.registry.BASELINES`, every AgSpec variant of
+`agspec.drafter.variants.VARIANTS`; `oracle` is built by the run itself.
 
 >>> server = make_server("ar", global_docs=[[1, 2, 3]], tokenizer=None, cost_model=None,
 ...                      batch_size=1)
@@ -13,12 +15,15 @@ global corpus ignores them.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-DrafterFactory = Callable[[Sequence[Sequence[int]], Any, Any, int], Any]
+from agspec._registry import Registry
+from agspec.baselines.registry import BASELINES
+from agspec.drafter.factory import DrafterContext, DrafterFactory
+from agspec.drafter.replay import replay_factory
+from agspec.drafter.variants import VARIANTS, renamed_hint
+from agspec.policy.caps import ProfiledCap
 
 
 class _NoDraft:
@@ -57,57 +62,34 @@ class ARServer:
         return _NoDraftSession()
 
 
-def _baseline(name: str) -> DrafterFactory:
-    """Factory for a baseline of `agspec.baselines.registry.make_family` (imported lazily)."""
-
-    def factory(
-        global_docs: Sequence[Sequence[int]], tokenizer: Any, cost_model: Any, batch_size: int
-    ) -> Any:
-        module = importlib.import_module("agspec.baselines.registry")
-        make_family = module.make_family
-        offered = {
-            "global_docs": global_docs,
-            "tokenizer": tokenizer,
-            "cost_model": cost_model,
-            "batch_size": batch_size,
-        }
-        params = inspect.signature(make_family).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            kwargs = offered
-        else:
-            kwargs = {k: v for k, v in offered.items() if k in params}
-        return make_family(name, **kwargs)
-
-    return factory
+def _ar(ctx: DrafterContext) -> Any:
+    return ARServer()
 
 
-# name -> factory. "oracle" is built by the run itself (it reads the recorded outputs).
-DRAFTERS: dict[str, DrafterFactory] = {
-    "ar": lambda global_docs, tokenizer, cost_model, batch_size: ARServer(),
-    "pld-hf": _baseline("pld-hf"),
-    "pld-vllm": _baseline("pld-vllm"),
-    "rest": _baseline("rest"),
-    "sam-fixed": _baseline("sam-fixed"),
-    "sam-scaled": _baseline("sam-scaled"),
-    "suffix-64": _baseline("suffix-64"),
-    "suffix-24": _baseline("suffix-24"),
-    "fastcoder": _baseline("fastcoder"),
-}
+ORACLE = "oracle"  # built by the run itself (it reads the recorded outputs): reserved
 
-ORACLE = "oracle"
+DRAFTERS: Registry[DrafterFactory] = Registry("drafter", hint=renamed_hint)
+DRAFTERS.register("ar", _ar, help="autoregressive decoding: never drafts")
+for _name in BASELINES:
+    DRAFTERS.register(_name, BASELINES.get(_name), help=BASELINES.help(_name))
+for _name in VARIANTS:
+    DRAFTERS.register(_name, replay_factory(_name), help="AgSpec, agspec.drafter.variants")
+del _name
 
 
-def register_drafter(name: str, factory: DrafterFactory) -> None:
-    """Add (or replace) a drafter by name, e.g. an AgSpec ablation variant."""
-    if not name or name == ORACLE:
-        raise ValueError(f"drafter name {name!r} is reserved or empty")
-    DRAFTERS[name] = factory
+def register_drafter(name: str, factory: DrafterFactory, *, help: str = "") -> None:
+    """Add a drafter by name, e.g. a swept AgSpec setting (`replay_factory(name, config)`).
+
+    In this process only: a worker started by `spawn` knows the built-in names alone.
+    """
+    if name == ORACLE:
+        raise ValueError(f"drafter name {name!r} is reserved")
+    DRAFTERS.register(name, factory, help=help)
 
 
 def drafter_names() -> list[str]:
     """Every name `agspec replay --drafters` accepts."""
-    _load_agspec_entries()
-    return [*DRAFTERS, ORACLE]
+    return [*DRAFTERS.names(), ORACLE]
 
 
 def make_server(
@@ -117,38 +99,18 @@ def make_server(
     tokenizer: Any,
     cost_model: Any,
     batch_size: int,
+    caps: ProfiledCap | None = None,
 ) -> Any:
     """A fresh server for drafter `name`; unknown names list the known ones."""
-    _load_agspec_entries()
-    if name not in DRAFTERS:
-        known = ", ".join(drafter_names())
-        from agspec.drafter.variants import renamed_hint
-
-        raise ValueError(f"unknown drafter {name!r}{renamed_hint(name)}; known: {known}")
-    return DRAFTERS[name](global_docs, tokenizer, cost_model, batch_size)
-
-
-def _load_agspec_entries() -> None:
-    """Add every baseline family `agspec.baselines.registry` knows (e.g. `suffix-64-local`)
-    and the AgSpec variants of `agspec.drafter.replay.REPLAY_DRAFTERS`, when present."""
-    try:
-        baselines = importlib.import_module("agspec.baselines.registry")
-    except ModuleNotFoundError as exc:
-        if exc.name != "agspec.baselines.registry":
-            raise
-    else:
-        for name in getattr(baselines, "FAMILY_NAMES", ()):
-            DRAFTERS.setdefault(name, _baseline(name))
-    try:
-        module = importlib.import_module("agspec.drafter.replay")
-    except ModuleNotFoundError as exc:
-        if exc.name != "agspec.drafter.replay":
-            raise
-        return
-    entries = getattr(module, "REPLAY_DRAFTERS", None)
-    if isinstance(entries, dict):
-        for name, factory in entries.items():
-            DRAFTERS.setdefault(name, factory)
+    factory = DRAFTERS.get(name)
+    ctx = DrafterContext(
+        global_docs=global_docs,
+        tokenizer=tokenizer,
+        cost_model=cost_model,
+        batch_size=batch_size,
+        caps=caps,
+    )
+    return factory(ctx)
 
 
 def preload_drafters(

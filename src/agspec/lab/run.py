@@ -38,6 +38,7 @@ from agspec.lab.oracle import ORACLE_SCOPES, OracleServer
 from agspec.lab.records import ReplayCall, ReplaySession, StepRecorder, write_steps
 from agspec.lab.registry import ORACLE, drafter_names, make_server, preload_drafters
 from agspec.lab.simulator import BATCH_COST_RULES, BatchResult, replay_batched
+from agspec.policy.caps import ProfiledCap
 
 GLOBAL_SPLITS = ("two-fold", "none")
 # Used to turn modelled steps into milliseconds when the cost model has no absolute time.
@@ -256,6 +257,7 @@ def make_servers(
     tokenizer: Any,
     cost_model: Any,
     batch_size: int,
+    caps: ProfiledCap | None = None,
 ) -> dict[int, Any]:
     """One fresh server per fold (the same server for both folds when there is no split)."""
     if config.global_split == "none":
@@ -280,6 +282,7 @@ def make_servers(
                 tokenizer=tokenizer,
                 cost_model=cost_model,
                 batch_size=batch_size,
+                caps=caps,
             )
         if config.global_split == "none":
             servers[1] = servers[0]
@@ -297,6 +300,8 @@ def run_replay(
     progress: bool = True,
     jobs: int = 1,
     mark_complete: bool = True,
+    caps: ProfiledCap | None = None,
+    start_method: str = "fork",
 ) -> list[dict[str, Any]]:
     """Replay every source x drafter x batch size; write the run folder; return summaries.
 
@@ -306,9 +311,15 @@ def run_replay(
 
     `cost_model_for(context_tokens)` gives the cost model of one source (default:
     `resolve_cost_model(config.cost_model, ...)`); `context_tokens` is the source's mean
-    prompt length. `jobs > 1` runs the replays in that many forked processes (drafting
-    times then share the CPU: compare them only within one run).
+    prompt length. `caps` (from `agspec profile`) go to every AgSpec server. `jobs > 1`
+    runs the replays in that many worker processes, started by `start_method` ("fork":
+    the workers inherit the tokenized sessions instead of unpickling them; "spawn" and
+    "forkserver" work too, only slower to start): drafting times then share the CPU, so
+    compare them only within one run. Every setting reaches a worker in its `RunState`,
+    none through a module global, so each start method gives the same replay.
     """
+    if start_method not in ("fork", "spawn", "forkserver"):
+        raise ValueError(f"start_method must be fork, spawn or forkserver, got {start_method!r}")
     if not sessions:
         raise ValueError("no sessions to replay")
     out = Path(out_dir)
@@ -372,66 +383,87 @@ def run_replay(
         for name in config.drafters
         for batch_size in config.batch_sizes
     ]
-    _STATE.clear()
-    _STATE.update(
-        by_source=by_source, config=config, tokenizer=tokenizer, cost_models=cost_models, out=out
+    state = RunState(
+        by_source=dict(by_source),
+        config=config,
+        tokenizer=tokenizer,
+        cost_models=cost_models,
+        out=out,
+        caps=caps,
     )
     entries: list[dict[str, Any]] = []
-    try:
-        if jobs <= 1 or len(tasks) <= 1:
-            for task in tasks:
-                entries.append(_run_task(task, progress=progress))
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            entries.append(_run_task(state, task, progress=progress))
+            _write_json(out / "summary.json", {"entries": entries})
+    else:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context(start_method)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(tasks), desc="replays", unit="replay")
+        # The state goes to each worker once, as the initializer's argument (inherited
+        # under fork, pickled under spawn), not once per task.
+        with ctx.Pool(jobs, initializer=_init_worker, initargs=(state,)) as pool:
+            for entry in pool.imap_unordered(_run_task_in_worker, tasks):
+                entries.append(entry)
                 _write_json(out / "summary.json", {"entries": entries})
-        else:
-            import multiprocessing
-
-            # fork: workers inherit the tokenized sessions instead of pickling them.
-            ctx = multiprocessing.get_context("fork")
-            bar = None
-            if progress:
-                from tqdm import tqdm
-
-                bar = tqdm(total=len(tasks), desc="replays", unit="replay")
-            with ctx.Pool(jobs, initializer=_ignore_sigint) as pool:
-                for entry in pool.imap_unordered(_run_task_quiet, tasks):
-                    entries.append(entry)
-                    _write_json(out / "summary.json", {"entries": entries})
-                    if bar is not None:
-                        bar.update(1)
-            if bar is not None:
-                bar.close()
-            order = {task: i for i, task in enumerate(tasks)}
-            entries.sort(key=lambda e: order[(e["source"], e["drafter"], e["batch_size"])])
-    finally:
-        _STATE.clear()
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        order = {task: i for i, task in enumerate(tasks)}
+        entries.sort(key=lambda e: order[(e["source"], e["drafter"], e["batch_size"])])
     _write_json(out / "summary.json", {"split": config.split_description(), "entries": entries})
     if mark_complete:
         mark_run_complete(out)
     return entries
 
 
-# What worker processes inherit (fork): sessions by source, config, cost models, out dir.
-_STATE: dict[str, Any] = {}
+@dataclass(frozen=True)
+class RunState:
+    """Everything a replay task of one run reads, handed to it explicitly."""
+
+    by_source: dict[str, list[ReplaySession]]
+    config: RunConfig
+    tokenizer: Any
+    cost_models: dict[str, tuple[Any, float]]  # source -> (cost model, ms of a decode step)
+    out: Path
+    caps: ProfiledCap | None = None
 
 
-def _run_task_quiet(task: tuple[str, str, int]) -> dict[str, Any]:
-    return _run_task(task, progress=False)
+# A worker process's `RunState`, set once by `_init_worker` when the pool starts it
+# (whatever the start method); never set in the parent, which passes its state along.
+_WORKER_STATE: list[RunState] = []
 
 
-def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
+def _init_worker(state: RunState) -> None:
+    _ignore_sigint()
+    _WORKER_STATE[:] = [state]
+
+
+def _run_task_in_worker(task: tuple[str, str, int]) -> dict[str, Any]:
+    return _run_task(_WORKER_STATE[0], task, progress=False)
+
+
+def _run_task(state: RunState, task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
     """Replay one (source, drafter, batch size) and write its step records."""
     source, name, batch_size = task
-    config: RunConfig = _STATE["config"]
-    group = _STATE["by_source"][source]
-    cost_model, step_ms = _STATE["cost_models"][source]
-    out: Path = _STATE["out"]
+    config = state.config
+    group = state.by_source[source]
+    cost_model, step_ms = state.cost_models[source]
+    out = state.out
     servers = make_servers(
         name,
         group,
         config,
-        tokenizer=_STATE["tokenizer"],
+        tokenizer=state.tokenizer,
         cost_model=cost_model,
         batch_size=batch_size,
+        caps=state.caps,
     )
     pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
     fillers = None
@@ -444,9 +476,10 @@ def _run_task(task: tuple[str, str, int], *, progress: bool) -> dict[str, Any]:
             name,
             group,
             config,
-            tokenizer=_STATE["tokenizer"],
+            tokenizer=state.tokenizer,
             cost_model=cost_model,
             batch_size=batch_size,
+            caps=state.caps,
         )
         fillers = itertools.cycle([(s, spare[fold_of(s.session_id)]) for s in group])
     t0 = time.perf_counter()

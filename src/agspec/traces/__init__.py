@@ -11,7 +11,7 @@
 ([151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198], [562])
 """
 
-from agspec.traces.importers import FORMATS, Skipped, import_traces, iter_import
+from agspec.traces.importers import IMPORTERS, Skipped, import_traces, iter_import
 from agspec.traces.io import check_file, iter_sessions, read_sessions, write_sessions
 from agspec.traces.render import Renderer, render_artifacts, render_call
 from agspec.traces.schema import (
@@ -28,7 +28,7 @@ from agspec.traces.schema import (
 
 __all__ = [
     "FORMAT_VERSION",
-    "FORMATS",
+    "IMPORTERS",
     "Artifact",
     "Call",
     "EmissionFormat",

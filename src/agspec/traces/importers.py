@@ -9,18 +9,67 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from agspec._registry import Registry
 from agspec.traces.formats.chatdev import import_chatdev
 from agspec.traces.formats.mini_swe_agent import import_mini_swe_agent
 from agspec.traces.formats.swe_agent import import_swe_agent
 from agspec.traces.schema import Session, TraceFormatError
 
-__all__ = ["FORMATS", "Skipped", "import_traces", "iter_import", "find_trace_files"]
+__all__ = [
+    "IMPORTERS",
+    "ImportOptions",
+    "Skipped",
+    "TraceFormat",
+    "find_trace_files",
+    "import_traces",
+    "iter_import",
+]
 
-# Format name -> file-name suffix of that format's files.
-FORMATS = {"swe-agent": ".traj", "mini-swe-agent": ".traj.json", "chatdev": ".log"}
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """The settings of an import; each format reads the ones that concern it."""
+
+    keep_last_observations: int | None = 5  # swe-agent's history setting; None: all
+    drop_repeated_blocks: bool = True  # chatdev's duplicate-block rule
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One importable format: its files' name suffix and its reader of one file.
+
+    `read(path, options, notes)` returns the file's `Session`; parts it skipped are
+    described in `notes`; a file it cannot read raises `TraceFormatError`.
+    """
+
+    suffix: str
+    read: Callable[[str, ImportOptions, list[str]], Session]
+
+
+def _swe_agent(path: str, options: ImportOptions, notes: list[str]) -> Session:
+    return import_swe_agent(path, keep_last_observations=options.keep_last_observations)
+
+
+def _mini_swe_agent(path: str, options: ImportOptions, notes: list[str]) -> Session:
+    return import_mini_swe_agent(path)
+
+
+def _chatdev(path: str, options: ImportOptions, notes: list[str]) -> Session:
+    return import_chatdev(path, notes, drop_repeated_blocks=options.drop_repeated_blocks)
+
+
+IMPORTERS: Registry[TraceFormat] = Registry("trace format")
+IMPORTERS.register("swe-agent", TraceFormat(".traj", _swe_agent), help="SWE-agent 0.x .traj")
+IMPORTERS.register(
+    "mini-swe-agent",
+    TraceFormat(".traj.json", _mini_swe_agent),
+    help="mini-swe-agent 1.x .traj.json",
+)
+IMPORTERS.register("chatdev", TraceFormat(".log", _chatdev), help="ChatDev 1.0 .log")
 
 
 class Skipped(NamedTuple):
@@ -33,7 +82,7 @@ class Skipped(NamedTuple):
 
 def find_trace_files(format: str, paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """The files of `format` under `paths` (folders searched recursively, sorted)."""
-    suffix = _suffix(format)
+    suffix = IMPORTERS.get(format).suffix
     out: list[str] = []
     for p in (os.fspath(x) for x in paths):
         if os.path.isdir(p):
@@ -60,7 +109,10 @@ def iter_import(
 
     A file that is not a readable trace of `format` yields one `Skipped(whole_file=True)`.
     """
-    _suffix(format)
+    reader = IMPORTERS.get(format).read
+    options = ImportOptions(
+        keep_last_observations=keep_last_observations, drop_repeated_blocks=drop_repeated_blocks
+    )
     it: Iterable[str] = files
     if progress:
         from tqdm import tqdm
@@ -69,12 +121,7 @@ def iter_import(
     for path in it:
         notes: list[str] = []
         try:
-            if format == "swe-agent":
-                session = import_swe_agent(path, keep_last_observations=keep_last_observations)
-            elif format == "mini-swe-agent":
-                session = import_mini_swe_agent(path)
-            else:
-                session = import_chatdev(path, notes, drop_repeated_blocks=drop_repeated_blocks)
+            session = reader(path, options, notes)
         except TraceFormatError as exc:
             yield Skipped(path, _strip_name(str(exc), path), True)
             continue
@@ -100,7 +147,7 @@ def import_traces(
 ) -> tuple[list[Session], list[Skipped]]:
     """All sessions of `format` under `paths`, and what was skipped and why.
 
-    `format` is one of `FORMATS`; `keep_last_observations` is SWE-agent's history setting
+    `format` is one of `IMPORTERS`; `keep_last_observations` is SWE-agent's history setting
     (`None`: full history); `drop_repeated_blocks` is ChatDev's duplicate-block rule.
     """
     sessions: list[Session] = []
@@ -115,12 +162,6 @@ def import_traces(
     ):
         (skipped if isinstance(item, Skipped) else sessions).append(item)  # type: ignore[arg-type]
     return sessions, skipped
-
-
-def _suffix(format: str) -> str:
-    if format not in FORMATS:
-        raise ValueError(f"unknown trace format {format!r}: expected one of {', '.join(FORMATS)}")
-    return FORMATS[format]
 
 
 def _strip_name(message: str, path: str) -> str:
