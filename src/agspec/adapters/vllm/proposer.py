@@ -104,7 +104,12 @@ class ProposerOptions:
             if name == "cost_profile" and path is not None and _is_preset(path):
                 continue
             if path is not None and not os.path.isfile(path):
-                raise ValueError(f"AgSpec option {name}: no file at {path}")
+                also = (
+                    " (nor a preset of agspec.policy.costmodel.list_cost_models())"
+                    if name == "cost_profile"
+                    else ""
+                )
+                raise ValueError(f"AgSpec option {name}: no file at {path}{also}")
         if self.batch_size < 1 or self.max_sessions < 1 or not self.session_ttl_s > 0:
             raise ValueError("batch_size, max_sessions and session_ttl_s must be positive")
 
