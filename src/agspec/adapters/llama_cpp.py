@@ -85,7 +85,10 @@ class AgSpecLlamaDraftModel(_draft_model_base()):  # type: ignore[misc]
         self.drafter_factory = drafter_factory
         self.num_draft_tokens = num_draft_tokens
         self._drafter: CallDrafter | None = None
-        self._sequence: list[int] = []  # what the drafter has seen: prompt + committed
+        # What the drafter has seen (prompt + committed): _seen[:_num_seen], grown by
+        # doubling, so a step appends only its new tokens.
+        self._seen = np.zeros(0, dtype=np.int64)
+        self._num_seen = 0
         self._draft: list[int] = []  # the last draft returned
         # Counters over the object's life, for benchmarks.
         self.num_calls = 0
@@ -93,35 +96,52 @@ class AgSpecLlamaDraftModel(_draft_model_base()):  # type: ignore[misc]
         self.num_drafted_tokens = 0
         self.num_accepted_tokens = 0
 
-    def _continuation(self, ids: list[int]) -> list[int] | None:
-        """The committed tokens if `ids` continues the previous step, else None."""
-        if self._drafter is None or len(ids) <= len(self._sequence):
+    def _continuation(self, ids: np.ndarray) -> list[int] | None:
+        """The committed tokens if `ids` continues the previous step, else None.
+
+        One vectorised comparison of the known prefix (no Python ints for it); only the
+        new tokens become a list.
+        """
+        n = self._num_seen
+        if self._drafter is None or ids.size <= n:
             return None
-        n = len(self._sequence)
-        if ids[:n] != self._sequence:
+        if not np.array_equal(ids[:n], self._seen[:n]):
             return None
-        new = ids[n:]
+        new = ids[n:].tolist()
         if len(new) - 1 > len(self._draft) or new[:-1] != self._draft[: len(new) - 1]:
             return None
         return new
 
+    def _remember(self, ids: np.ndarray, start: int) -> None:
+        """_seen becomes `ids` (equal to it before `start`): copies only ids[start:]."""
+        if ids.size > self._seen.size:
+            grown = np.zeros(max(ids.size, 2 * self._seen.size, 256), dtype=np.int64)
+            grown[:start] = self._seen[:start]
+            self._seen = grown
+        self._seen[start : ids.size] = ids[start:]
+        self._num_seen = ids.size
+
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-        ids = [int(t) for t in np.asarray(input_ids).reshape(-1)]
-        if not ids:
+        ids = np.asarray(input_ids).reshape(-1)
+        if ids.size == 0:
             return np.array([], dtype=np.intc)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
         committed = self._continuation(ids)
         if committed is None:
             self.finish()
             self._drafter = self.drafter_factory()
-            self._drafter.begin(ids[:-1])
-            self._drafter.accept(ids[-1:])
+            prompt = ids.tolist()
+            self._drafter.begin(prompt[:-1])
+            self._drafter.accept(prompt[-1:])
             self.num_calls += 1
+            self._remember(ids, 0)
         else:
             assert self._drafter is not None
             self._drafter.accept(committed)
             self.num_steps += 1
             self.num_accepted_tokens += len(committed) - 1
-        self._sequence = ids
+            self._remember(ids, self._num_seen)
         self._draft = [int(t) for t in self._drafter.propose(self.num_draft_tokens)]
         self._draft = self._draft[: self.num_draft_tokens]
         self.num_drafted_tokens += len(self._draft)
@@ -132,7 +152,7 @@ class AgSpecLlamaDraftModel(_draft_model_base()):  # type: ignore[misc]
         if self._drafter is not None:
             self._drafter.end()
         self._drafter = None
-        self._sequence = []
+        self._num_seen = 0
         self._draft = []
 
 

@@ -39,7 +39,13 @@ from agspec import _native
 from agspec.index.token_index import _RULES as _RULE_CODES
 from agspec.index.token_index import ContinuationRule, TokenIndex, as_tokens
 
-__all__ = ["CorpusSet", "SourceRule", "advance_batch", "match_lengths_batch"]
+__all__ = [
+    "CorpusSet",
+    "SourceRule",
+    "advance_batch",
+    "continuation_batch",
+    "match_lengths_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -199,3 +205,27 @@ def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
             at += n
         return out
     return [s.match_lengths() for s in sets]
+
+
+def continuation_batch(
+    sets: Sequence[CorpusSet],
+    slots: Sequence[int],
+    max_tokens: Sequence[int],
+    *,
+    max_occurrences: int = 32,
+) -> list[list[int]]:
+    """`continuation` for many requests (set i copies from slots[i], at most max_tokens[i]
+    tokens; a slot < 0 or a length of 0 copies nothing): one native call when every set
+    is native."""
+    if sets and all(s._native is not None for s in sets):
+        return _native.continuation_batch(  # type: ignore[no-any-return]
+            [s._native for s in sets],
+            list(slots),
+            list(max_tokens),
+            [s._codes[slot] for s, slot in zip(sets, slots)],
+            max_occurrences,
+        )
+    return [
+        s.continuation(slot, k, max_occurrences=max_occurrences) if slot >= 0 and k > 0 else []
+        for s, slot, k in zip(sets, slots, max_tokens)
+    ]

@@ -34,6 +34,13 @@ class SessionCorpus:
 
     A call's document holds the prompt messages no earlier call sent (messages are
     split at `separator_id`), then the tokens it generates as they are accepted.
+
+    A caller that knows how many leading prompt tokens the session has seen (the
+    session resolver of `agspec.drafter.session_inference` does) passes `known_tokens`:
+    ingestion then costs O(new text). Without it every message of the prompt is hashed
+    again (about 16 ns a token here; finding a shared prefix by comparing with the
+    previous prompt instead costs as much: a comparison of Python ints is no cheaper
+    than hashing them, benchmarks/bench_ingest.py).
     """
 
     def __init__(
@@ -43,18 +50,53 @@ class SessionCorpus:
         self.separator_id = separator_id
         self._seen: set[int] = set()
 
-    def add_prompt(self, doc_id: int, prompt_ids: np.ndarray | Sequence[int]) -> int:
+    def add_prompt(
+        self,
+        doc_id: int,
+        prompt_ids: np.ndarray | Sequence[int],
+        *,
+        known_tokens: int = 0,
+    ) -> int:
         """Indexes the messages of this prompt not seen before; returns tokens added.
 
         Messages are keyed by a 64-bit hash of their token ids (a collision would only
         skip a message, never change an output). All new messages enter in one call, so
         a bad token id leaves the corpus as it was.
+
+        `known_tokens`: the caller vouches that the prompt's first `known_tokens` tokens
+        are text this session already holds (an earlier prompt of it, or a prompt and its
+        answer). They are neither hashed nor indexed; the rest of the message they end in
+        is indexed as it is, and the messages after it as usual.
+
+        >>> s = SessionCorpus(separator_id=0)
+        >>> s.add_prompt(1, [0, 5, 6, 0, 7])
+        5
+        >>> s.add_prompt(2, [0, 5, 6, 0, 7, 8, 0, 9], known_tokens=5)   # "8", then "0 9"
+        3
         """
         toks = prompt_ids if isinstance(prompt_ids, list) else as_tokens(prompt_ids).tolist()
+        n = len(toks)
+        if isinstance(known_tokens, bool) or not isinstance(known_tokens, int):
+            raise TypeError(f"known_tokens must be an int, got {type(known_tokens).__name__}")
+        if not 0 <= known_tokens <= n:
+            raise ValueError(f"known_tokens must be in [0, {n}] (the prompt's length)")
         sep = self.separator_id
-        starts = [0]
+        new: list[int] = []
+        start = 0  # messages are split from here on
+        if known_tokens:
+            # The tail of the message the known text ends in, up to the next separator.
+            start = n
+            if sep is not None:
+                try:
+                    start = toks.index(sep, known_tokens)
+                except ValueError:
+                    pass
+            new.extend(toks[known_tokens:start])
+        # Message starts from `start` on: separators (and `start`, a separator or 0, or
+        # the prompt's end after known text).
+        starts = [start]
         if sep is not None:
-            i = 0
+            i = start
             while True:
                 try:
                     i = toks.index(sep, i + 1)
@@ -62,19 +104,19 @@ class SessionCorpus:
                     break
                 starts.append(i)
         new_keys: set[int] = set()
-        new: list[int] = []
-        for a, b in zip(starts, [*starts[1:], len(toks)]):
+        seen = self._seen
+        for a, b in zip(starts, [*starts[1:], n]):
             if b <= a:
                 continue
             part = toks[a:b]
             key = hash(tuple(part))
-            if key in self._seen or key in new_keys:
+            if key in seen or key in new_keys:
                 continue
             new_keys.add(key)
             new.extend(part)
         if new:
             self.index.extend_list(doc_id, new)
-        self._seen |= new_keys
+        seen |= new_keys
         return len(new)
 
     def add_output(self, doc_id: int, tokens: np.ndarray | Sequence[int]) -> None:

@@ -8,12 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agspec.corpora.corpus_set import CorpusSet
-from agspec.drafter.protocol import accept_length
 from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule, as_tokens
-from agspec.policy.length import (
-    LengthDecision,
-)
 from agspec.policy.source import Source
 
 if TYPE_CHECKING:
@@ -35,9 +31,11 @@ class AgSpecCall:
         self._doc_id = doc_id
         self._corpora: CorpusSet | None = None
         self._cap = 0
+        self._max_occurrences = 32
         self._request: Any = None
         self._draft: list[int] = []
-        self._decision: LengthDecision | None = None
+        # The last draft's (length, censored by the cap, match length), for the policy.
+        self._decision: tuple[int, bool, int] | None = None
         self._begun = False
         self._ended = False
         self._released = False  # the session was ended or evicted
@@ -67,7 +65,16 @@ class AgSpecCall:
             return KeyError(f"{what}: session {self.session.session_id!r} was ended or evicted")
         return RuntimeError(f"{what} needs begin() first and no end()")
 
-    def begin(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
+    def begin(self, prompt_ids: Sequence[int] | np.ndarray, *, known_tokens: int = 0) -> None:
+        """Starts the call with its prompt.
+
+        `known_tokens`: how many leading prompt tokens the session has already seen (an
+        earlier request's prompt, or its prompt and answer), when the caller knows (the
+        session resolver of `agspec.drafter.session_inference` does): the session corpus
+        then indexes only what follows, without looking at the known text at all
+        (`SessionCorpus.add_prompt`). Without it, a prompt that extends the session's
+        previous one costs one list comparison, not a re-split.
+        """
         if self._begun:
             raise RuntimeError("begin() was already called for this call")
         self.session._check_open()
@@ -81,13 +88,28 @@ class AgSpecCall:
             else as_tokens(prompt_ids, what="prompt_ids").tolist()
         )
         tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
+        if (
+            isinstance(known_tokens, bool)
+            or not isinstance(known_tokens, int)
+            or not 0 <= known_tokens <= len(prompt)
+        ):
+            raise ValueError(
+                f"known_tokens must be an int in [0, {len(prompt)}] (the prompt's length), "
+                f"got {known_tokens!r}"
+            )
         sess = self.session
         entries: list[tuple[str, Any, ContinuationRule]] = []
         appends: list[tuple[Any, int]] = []
         if cfg.use_session:
             if not sess.frozen:
                 before = sess.session_corpus.num_tokens
-                sess.session_corpus.add_prompt(self._doc_id, prompt)
+                sess.session_corpus.add_prompt(
+                    self._doc_id,
+                    prompt,
+                    # Nothing is known to a session corpus that holds nothing (evicted and
+                    # started afresh under the same id).
+                    known_tokens=known_tokens if sess.session_corpus.num_tokens else 0,
+                )
                 server._grew(sess, sess.session_corpus.num_tokens - before)
             entries.append(("session", sess.session_corpus.index, cfg.session_rule))
             self._index_output = not sess.frozen
@@ -118,6 +140,7 @@ class AgSpecCall:
         self._cap = lengths.caps.cap_for(
             self.agent, model=lengths.model, batch_size=lengths.batch_size
         )
+        self._max_occurrences = cfg.max_occurrences
         self._begun = True
 
     def propose(self, max_tokens: int) -> list[int]:
@@ -126,6 +149,7 @@ class AgSpecCall:
         if max_tokens < 0 or max_tokens > 1 << 16:
             raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
         self._draft = []
+        self._decision = None
         self.last_source, self.last_match_length = None, 0
         if max_tokens == 0:
             return []
@@ -134,9 +158,7 @@ class AgSpecCall:
         slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
         if want == 0:
             return []
-        draft = corpora.continuation(
-            slot, want, max_occurrences=self.session.server.config.max_occurrences
-        )
+        draft = corpora.continuation(slot, want, max_occurrences=self._max_occurrences)
         return self._take(draft, slot, want, m)
 
     def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
@@ -148,19 +170,17 @@ class AgSpecCall:
             return -1, 0, 0
         m = lengths[slot]
         server = self.session.server
-        if m < server.config.min_match_tokens:
+        if m < server.min_match_tokens:
             return -1, 0, 0
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
-        want = server.lengths.draft_length(
-            self.agent,
-            match_tokens=m,
-            available_tokens=max_tokens,
-            engine_max_tokens=corpora.engine_max_tokens(slot),
-        ).draft_tokens
+        policy = server.lengths
+        want = policy.length_tokens(
+            self.agent, m, max_tokens, corpora.engine_max_tokens(slot), self._cap
+        )
         if server.cost_mode and want:
             # The best length over [0, want] bounds the one over [0, retrieved]; when it is
             # 0 (most short matches on a CPU), skip the continuation altogether.
-            want = server.lengths.cost_length(self.agent, m, want)
+            want = policy.cost_length(self.agent, m, want)
         return slot, want, m
 
     def _take(self, draft: list[int], slot: int, want: int, m: int) -> list[int]:
@@ -174,7 +194,8 @@ class AgSpecCall:
         # Censored only when the cap itself bounded the draft (not max_tokens, not text).
         capped = server.capped_mode and len(draft) == want == cap
         self._draft = draft
-        self._decision = LengthDecision(len(draft), cap, capped, m)
+        # What the policy learns from at the next accept: (draft length, censored, match).
+        self._decision = (len(draft), capped, m)
         assert self._corpora is not None
         self.last_source = self._corpora.names[slot]  # type: ignore[assignment]
         self.last_match_length = m
@@ -186,6 +207,8 @@ class AgSpecCall:
             raise self._not_live("accept()")
         committed = (
             committed_ids
+            if type(committed_ids) is list
+            else committed_ids
             if isinstance(committed_ids, list)
             else as_tokens(committed_ids, what="committed_ids").tolist()
         )
@@ -193,25 +216,29 @@ class AgSpecCall:
         draft = self._draft
         if n == 0:
             raise ValueError("committed_ids is empty: a step commits at least one token")
-        if n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]:
+        if n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
             raise ValueError(
                 f"committed_ids {committed[:8]} are not a prefix of the draft "
                 f"{draft[:8]} plus one token: these tokens were never proposed"
             )
         last = committed[-1]  # the only token not checked against the draft
-        if isinstance(last, bool) or not isinstance(last, (int, np.integer)):
-            raise TypeError(f"committed_ids[-1] must be an int token id, got {type(last).__name__}")
+        if type(last) is not int:
+            if isinstance(last, bool) or not isinstance(last, (int, np.integer)):
+                raise TypeError(
+                    f"committed_ids[-1] must be an int token id, got {type(last).__name__}"
+                )
+            committed = [*committed[:-1], int(last)]
+            last = committed[-1]
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
-        if type(last) is not int:
-            committed = [*committed[:-1], int(last)]
         server = self.session.server
-        lengths = server.lengths
-        if self._decision is not None and draft:
-            accepted = accept_length(draft, committed)
-            lengths.observe(self.agent, self._decision, accepted)
+        decision = self._decision
+        if decision is not None:
+            # The first n - 1 committed tokens are the draft's (checked above): the accept
+            # length (agspec.drafter.protocol.accept_length) is n - 1.
+            server.lengths.observe_tokens(self.agent, decision[0], decision[1], decision[2], n - 1)
         if server.batch_cost_mode:
-            lengths.note_step(len(draft), n)
+            server.lengths.note_step(len(draft), n)
         self._draft, self._decision = [], None
         return committed
 
@@ -229,7 +256,8 @@ class AgSpecCall:
         committed = self._check_committed(committed_ids)
         assert self._corpora is not None
         self._corpora.advance(committed)
-        self._count(len(committed))
+        if self._index_output:
+            self._count(len(committed))
 
     def end(self) -> None:
         if self._ended:

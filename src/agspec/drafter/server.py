@@ -99,7 +99,13 @@ class AgSpecServer:
             ),
         )
         self.curves_path = curves_path
+        self._cost_model = cost_model
+        # Normalized step costs by batch size (set_batch_size), the constructor's first.
+        self._step_costs_at: dict[int, list[float]] = {}
+        if step_costs is not None:
+            self._step_costs_at[batch_size] = self.lengths.step_costs
         self.cost_mode = cfg.length_mode == "cost"
+        self.min_match_tokens = cfg.min_match_tokens
         self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
         self._live_tokens = 0  # sum of the live sessions' _counted
@@ -128,6 +134,31 @@ class AgSpecServer:
         self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
         self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Prices the cost rule (length_mode "cost") at `batch_size` requests per step from
+        now on: that batch size's step costs from the cost model (computed once per size),
+        the batch form of the rule above 1. The running batch means carry over. Other
+        length modes only record it (their caps were looked up when each call began).
+
+        >>> # server.set_batch_size(48)   # vLLM stepped 48 requests this time
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        lengths = self.lengths
+        if batch_size == lengths.batch_size:
+            return
+        if self.cost_mode:
+            costs = self._step_costs_at.get(batch_size)
+            if costs is None:
+                raw = [
+                    self._cost_model.step_cost(n, batch_size)
+                    for n in range(1, self.config.cost_max_draft_tokens + 2)
+                ]
+                costs = self._step_costs_at[batch_size] = lengths.normalized_costs(raw)
+            lengths.step_costs = costs
+            self.batch_cost_mode = batch_size > 1
+        lengths.batch_size = batch_size
 
     def open_history(self) -> tuple[Any, int] | None:
         """A new document of the history corpus for one call's output: (index, doc id), or

@@ -43,6 +43,7 @@ from agspec.policy.cost_length import (
     best_length_in_batch,
 )
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
+from agspec.policy.survival import MATCH_BUCKETS
 
 __all__ = [
     "AcceptanceRecord",
@@ -121,22 +122,34 @@ class DraftLengthPolicy:
                     "variant 'cost' needs step_costs: the cost of verifying 1, 2, ... tokens "
                     "(a cost profile from `agspec costmodel measure`)"
                 )
-            costs = [float(c) for c in step_costs]
-            if not all(math.isfinite(c) and c > 0 for c in costs):
-                raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
-            self.step_costs: list[float] = [c / costs[0] for c in costs]
-            self.survival = survival or MatchSurvival(max_tokens=len(costs) - 1)
+            self.step_costs: list[float] = self.normalized_costs(step_costs)
+            self.survival = survival or MatchSurvival(max_tokens=len(self.step_costs) - 1)
             # Running batch state for `best_length_in_batch` (start: no drafts, 1 token).
             self.mean_draft, self.mean_committed = 0.0, 1.0
         else:
             self.step_costs = []
             self.survival = survival or MatchSurvival()
         self.variant = variant
+        # (agent, match bucket, retrieved tokens) -> (survival version, step costs and batch
+        # size it was computed at, best length)
+        self._cost_cache: dict[tuple[str, int, int], tuple[int, list[float], int, int]] = {}
         self.caps = caps if caps is not None else ProfiledCap()
         self.scale = scale
         self.model = model
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.static_tokens = check_int("static_tokens", static_tokens, minimum=1)
+
+    @staticmethod
+    def normalized_costs(step_costs: Sequence[float]) -> list[float]:
+        """Step costs relative to verifying one token (checked: finite and > 0).
+
+        >>> DraftLengthPolicy.normalized_costs([2.0, 3.0, 5.0])
+        [1.0, 1.5, 2.5]
+        """
+        costs = [float(c) for c in step_costs]
+        if not all(math.isfinite(c) and c > 0 for c in costs):
+            raise ValueError(f"step_costs must be finite and > 0, got {costs[:8]}")
+        return [c / costs[0] for c in costs]
 
     def draft_length(
         self,
@@ -160,21 +173,45 @@ class DraftLengthPolicy:
         if match_tokens == 0:
             return LengthDecision(0, None, False)
         cap: int | None = None
-        if self.variant == "static":
-            length = self.static_tokens
-        elif self.variant == "match":
-            length = max(1, match_tokens)
-        elif self.variant == "cost":
-            length = min(self.survival.max_tokens, len(self.step_costs) - 1)
-        else:
+        if self.variant in ("cap", "cap+scale"):
             cap = self.caps.cap_for(agent, model=self.model, batch_size=self.batch_size)
-            alpha = self.scale.alpha(agent) if self.variant == "cap+scale" and self.scale else 1.0
-            length = min(max(1, math.floor(alpha * match_tokens)), cap)
-        length = min(length, available_tokens)
-        if engine_max_tokens is not None:
-            length = min(length, engine_max_tokens)
+        length = self.length_tokens(agent, match_tokens, available_tokens, engine_max_tokens, cap)
         censored = cap is not None and length >= cap
         return LengthDecision(length, cap, censored, match_tokens)
+
+    def length_tokens(
+        self,
+        agent: str,
+        match_tokens: int,
+        available_tokens: int,
+        engine_max_tokens: int | None,
+        cap_tokens: int | None,
+    ) -> int:
+        """`draft_length(...).draft_tokens` for a caller that has checked its arguments
+        (match_tokens >= 1) and looked up the cap of variants "cap" and "cap+scale" once
+        (the drafter's hot path: no checks, no decision object)."""
+        variant = self.variant
+        if variant == "cost":
+            length = self.cost_bound_tokens
+        elif variant == "cap+scale" or variant == "cap":
+            assert cap_tokens is not None
+            scale = self.scale
+            alpha = scale.alpha(agent) if variant == "cap+scale" and scale else 1.0
+            length = min(max(1, math.floor(alpha * match_tokens)), cap_tokens)
+        elif variant == "static":
+            length = self.static_tokens
+        else:
+            length = max(1, match_tokens)
+        if available_tokens < length:
+            length = available_tokens
+        if engine_max_tokens is not None and engine_max_tokens < length:
+            length = engine_max_tokens
+        return length
+
+    @property
+    def cost_bound_tokens(self) -> int:
+        """Variant "cost": the longest draft it considers."""
+        return min(self.survival.max_tokens, len(self.step_costs) - 1)
 
     def cost_length(self, agent: str, match_tokens: int, retrieved_tokens: int) -> int:
         """Variant "cost": how many of the `retrieved_tokens` to draft (0: none).
@@ -182,17 +219,34 @@ class DraftLengthPolicy:
         Batch size 1: `best_length`. Larger batches: `best_length_in_batch`, priced at the
         batch's running mean draft and committed tokens per step (`note_step`).
         """
-        curve = self.survival.curve(agent, match_tokens)
+        # Requests of one batch step share agents and match buckets, and nothing the rule
+        # reads changes between two verifications: remember each answer until a curve may
+        # have changed (the survival's version moves at every `observe`), the batch means
+        # move (`note_step`) or the step costs are swapped.
+        survival = self.survival
+        key = (agent, min(match_tokens.bit_length(), MATCH_BUCKETS - 1), retrieved_tokens)
+        hit = self._cost_cache.get(key)
+        if (
+            hit is not None
+            and hit[0] == survival.version
+            and hit[1] is self.step_costs
+            and hit[2] == self.batch_size
+        ):
+            return hit[3]
+        curve = survival.curve(agent, match_tokens)
         if self.batch_size == 1:
-            return best_length(curve, self.step_costs, retrieved_tokens)
-        return best_length_in_batch(
-            curve,
-            self.step_costs,
-            retrieved_tokens,
-            batch_size=self.batch_size,
-            mean_draft=self.mean_draft,
-            mean_committed=self.mean_committed,
-        )
+            best = best_length(curve, self.step_costs, retrieved_tokens)
+        else:
+            best = best_length_in_batch(
+                curve,
+                self.step_costs,
+                retrieved_tokens,
+                batch_size=self.batch_size,
+                mean_draft=self.mean_draft,
+                mean_committed=self.mean_committed,
+            )
+        self._cost_cache[key] = (survival.version, self.step_costs, self.batch_size, best)
+        return best
 
     def note_step(self, drafted_tokens: int, committed_tokens: int) -> None:
         """Every verification step of every request, drafted or not (variant "cost" at
@@ -201,6 +255,8 @@ class DraftLengthPolicy:
         w = BATCH_EMA
         self.mean_draft += w * (drafted_tokens - self.mean_draft)
         self.mean_committed += w * (committed_tokens - self.mean_committed)
+        if self._cost_cache:
+            self._cost_cache.clear()
 
     def observe(self, agent: str, decision: LengthDecision, accept_length: int) -> None:
         """Feed a verification outcome back (updates α_a in the "cap+scale" variant, the
@@ -221,3 +277,21 @@ class DraftLengthPolicy:
             accept_length=accept_length,
             censored_by_cap=decision.censored_by_cap,
         )
+
+    def observe_tokens(
+        self,
+        agent: str,
+        draft_tokens: int,
+        censored_by_cap: bool,
+        match_tokens: int,
+        accept_length: int,
+    ) -> None:
+        """`observe` for a caller that checked its numbers (0 <= accept_length <=
+        draft_tokens, draft_tokens >= 1): the drafter's hot path, no decision object."""
+        variant = self.variant
+        if variant == "cost":
+            self.survival.observe(
+                agent, match_tokens, drafted_tokens=draft_tokens, accepted_tokens=accept_length
+            )
+        elif variant == "cap+scale" and self.scale is not None:
+            self.scale.apply(agent, draft_tokens, accept_length, censored_by_cap)

@@ -95,7 +95,13 @@ class OnlineScale:
                 f"accept_length ({accept_length}) cannot exceed drafted_tokens "
                 f"({drafted_tokens}); the bonus token is not counted"
             )
-        alpha = self.alpha(agent)
+        return self.apply(agent, drafted_tokens, accept_length, censored_by_cap)
+
+    def apply(
+        self, agent: str, drafted_tokens: int, accept_length: int, censored_by_cap: bool
+    ) -> float:
+        """`update` for a caller that checked its numbers (the drafter's hot path)."""
+        alpha = self.scales.get(agent, self.config.alpha_init)
         if drafted_tokens == 0:
             return alpha
         full = accept_length == drafted_tokens

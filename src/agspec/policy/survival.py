@@ -62,6 +62,9 @@ class MatchSurvival:
         # (agent, bucket) -> [at_risk counts, survived counts], index k-1
         self._counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
         self._curves: dict[tuple[str, int], list[float]] = {}
+        # Bumped whenever a curve may change (observe): answers computed from the curves
+        # at one version stay valid while it holds (DraftLengthPolicy.cost_length).
+        self.version = 0
 
     def _prior(self, bucket: int) -> tuple[list[float], list[float]]:
         m0 = 1 << max(bucket - 1, 0)
@@ -103,6 +106,7 @@ class MatchSurvival:
         for i in range(a):
             survived[i] += 1.0
         self._curves.pop(key, None)
+        self.version += 1
 
     def to_json(self) -> str:
         rows = [
@@ -149,6 +153,7 @@ class MatchSurvival:
                     raise ValueError(f"curves[{i}]: {exc}") from None
                 counts[key] = pair
             out._counts = counts
+            out.version += 1
         except FileNotFoundError:
             pass
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:

@@ -25,7 +25,9 @@ Per request, one AgSpec call keyed by request id:
   agent from `extra_args["agspec_agent"]`, else `agspec.drafter.session_inference.agent_name` of the
   prompt's system message;
 - fed each step's committed tokens (`accept`), then asked for up to
-  `num_speculative_tokens` tokens (`propose`; ragged lengths per row);
+  `num_speculative_tokens` tokens (`propose`; ragged lengths per row), never past the
+  request's `max_tokens` or `max_model_len`; the cost-aware variants price the step at its
+  number of drafting rows (`_price_at`);
 - ended when the request leaves the persistent batch: finished or aborted (it is no longer
   in `runner.requests`; its prompt and output are then recorded for session inference),
   or preempted / not scheduled this step (begun again when it returns).
@@ -102,7 +104,12 @@ class ProposerOptions:
             if name == "cost_profile" and path is not None and _is_preset(path):
                 continue
             if path is not None and not os.path.isfile(path):
-                raise ValueError(f"AgSpec option {name}: no file at {path}")
+                also = (
+                    " (nor a preset of agspec.policy.costmodel.list_cost_models())"
+                    if name == "cost_profile"
+                    else ""
+                )
+                raise ValueError(f"AgSpec option {name}: no file at {path}{also}")
         if self.batch_size < 1 or self.max_sessions < 1 or not self.session_ttl_s > 0:
             raise ValueError("batch_size, max_sessions and session_ttl_s must be positive")
 
