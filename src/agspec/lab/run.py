@@ -179,12 +179,11 @@ def load_sessions(
 
 def resolve_cost_model(spec: str, *, context_tokens: int) -> Any:
     """A cost model by preset name, or from a profile file path (`agspec.policy.costmodel`)."""
-    import importlib
+    from agspec.policy.costmodel import ProfileCostModel, get_cost_model
 
-    costmodel: Any = importlib.import_module("agspec.policy.costmodel")
     if os.path.exists(spec):
-        return costmodel.ProfileCostModel.load(spec)
-    return costmodel.get_cost_model(spec, context_tokens=context_tokens)
+        return ProfileCostModel.load(spec)
+    return get_cost_model(spec, context_tokens=context_tokens)
 
 
 def decode_step_ms_of(cost_model: Any, override: float | None) -> float:

@@ -25,7 +25,9 @@ Per request, one AgSpec call keyed by request id:
   agent from `extra_args["agspec_agent"]`, else `agspec.drafter.session_inference.agent_name` of the
   prompt's system message;
 - fed each step's committed tokens (`accept`), then asked for up to
-  `num_speculative_tokens` tokens (`propose`; ragged lengths per row);
+  `num_speculative_tokens` tokens (`propose`; ragged lengths per row), never past the
+  request's `max_tokens` or `max_model_len`; the cost-aware variants price the step at its
+  number of drafting rows (`step_batch(..., batch_size=)`);
 - ended when the request leaves the persistent batch: finished or aborted (it is no longer
   in `runner.requests`; its prompt and output are then recorded for session inference),
   or preempted / not scheduled this step (begun again when it returns).
@@ -102,7 +104,12 @@ class ProposerOptions:
             if name == "cost_profile" and path is not None and _is_preset(path):
                 continue
             if path is not None and not os.path.isfile(path):
-                raise ValueError(f"AgSpec option {name}: no file at {path}")
+                also = (
+                    " (nor a preset of agspec.policy.costmodel.list_cost_models())"
+                    if name == "cost_profile"
+                    else ""
+                )
+                raise ValueError(f"AgSpec option {name}: no file at {path}{also}")
         if self.batch_size < 1 or self.max_sessions < 1 or not self.session_ttl_s > 0:
             raise ValueError("batch_size, max_sessions and session_ttl_s must be positive")
 
@@ -198,11 +205,6 @@ class AgSpecProposer:
             cost_model=cost_model,
             name=f"vllm-{options.variant}",
         )
-        # The cost rule prices a draft at the batch it is verified in; vLLM's batch changes
-        # every step, so the proposer reprices at each step's number of drafting rows.
-        self._cost_model = cost_model if self.server.cost_mode else None
-        self._priced_batch = options.batch_size
-        self._costs_by_batch: dict[int, list[float]] = {}
         self.resolver = SessionResolver(
             ttl_s=options.session_ttl_s, max_sessions=options.max_sessions
         )
@@ -304,11 +306,11 @@ class AgSpecProposer:
             fed.append(feed)
             caps.append(k if room >= k else max(room, 0))
             slots.append((i, st))
-        if self._cost_model is not None and len(calls) != self._priced_batch and calls:
-            self._price_at(len(calls))
         # One pass for the batch: every call's corpora fed in one native call, every
         # match read in another, then each draft planned and copied (agspec.drafter).
-        drafts = step_batch(calls, fed, caps) if calls else []
+        # The cost rule prices this step at its number of drafting rows (vLLM's batch
+        # changes every step).
+        drafts = step_batch(calls, fed, caps, batch_size=len(calls)) if calls else []
         out: list[list[int]] = [[] for _ in range(rows)]
         drafted = ndrafts = 0
         for (i, st), draft in zip(slots, drafts):
@@ -326,23 +328,6 @@ class AgSpecProposer:
         c["drafts"] += drafts_count
         c["propose_s"] += time.perf_counter() - t0
         return out
-
-    def _price_at(self, batch: int) -> None:
-        """Reprices the cost rule for a step of `batch` drafting rows: the step costs of
-        the cost profile at that batch size (normalised to one token), and the ragged-batch
-        pricing on iff batch > 1 (agspec.policy.cost_length.best_length_in_batch)."""
-        server = self.server
-        lengths = server.lengths
-        costs = self._costs_by_batch.get(batch)
-        if costs is None:
-            assert self._cost_model is not None
-            top = server.config.cost_max_draft_tokens + 1
-            raw = [float(self._cost_model.step_cost(n, batch)) for n in range(1, top + 1)]
-            costs = self._costs_by_batch[batch] = [c / raw[0] for c in raw]
-        lengths.step_costs = costs
-        lengths.batch_size = batch
-        server.batch_cost_mode = batch > 1
-        self._priced_batch = batch
 
     # -- lifecycle (called by the runner hook) ---------------------------------------
     def on_update_states(self, runner: Any, scheduler_output: Any, before: bool) -> None:
@@ -399,7 +384,11 @@ class AgSpecProposer:
                 info["agents"].append(st.agent)
         info["calls"] += 1
         call = session.call(st.agent, "other", turn=info["requests"])
-        call.begin(context)
+        # An inferred session knows how many leading prompt tokens it has seen (an earlier
+        # request's prompt and answer): the session corpus skips them without looking.
+        # A named session's prompt that extends its previous one costs one comparison.
+        known = st.resolution.num_known_units if st.resolution is not None else 0
+        call.begin(context, known_tokens=min(known, len(context)))
         st.call = call
         st.calls_begun += 1
         st.last_draft = []
