@@ -207,8 +207,16 @@ def test_sigint_in_a_replay_with_worker_processes_is_one_line(tmp_path: Path) ->
     cmd[cmd.index("oracle")] = "pld-hf"
     cmd += ["--jobs", "2", "--batch-size", "1", "2", "4"]
     # Its own process group, signalled as a whole: what Ctrl-C in a terminal does.
+    # SIGINT at its default disposition, as in a terminal: a test run started in the
+    # background by a non-interactive shell inherits SIGINT ignored, and Python then never
+    # raises KeyboardInterrupt (the replay would simply finish).
     proc = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True
+        cmd,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     line = proc.stderr.readline()
