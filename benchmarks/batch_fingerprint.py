@@ -17,15 +17,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+from devtraces import DIRS, dev_sessions
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
+from agspec.drafter.protocol import greedy_commit
 from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
+from agspec.traces import render_call
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
-DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
 DEFAULT_VARIANTS = [
     "agspec-paper",
     "agspec",
@@ -62,11 +62,7 @@ def fingerprint(server: AgSpecServer, sessions, tok, batch: int, max_draft: int)
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
             h.update(repr((draft, d.last_source, d.last_match_length)).encode())
-            rest = out[pos:]
-            a = 0
-            while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
-                a += 1
-            commit = rest[: a + 1]
+            _, commit = greedy_commit(draft, out, pos)
             steps += 1
             tokens += len(commit)
             x[2], x[3] = pos + len(commit), commit
@@ -97,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
-    sessions, _ = import_traces(args.source, [TRACES / DIRS[args.source]])
+    sessions = dev_sessions(args.source)
     docs = []
     for s in sessions[args.sessions : args.sessions + args.global_sessions]:
         for c in s.calls:

@@ -17,16 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from devtraces import DIRS, dev_sessions
 
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
 from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
-DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
+from agspec.traces import render_call
 
 
 def replay(server, sessions, tok, max_draft: int):
@@ -89,7 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     fmt = args.source
-    sessions, _ = import_traces(fmt, [TRACES / DIRS[fmt]])
+    sessions = dev_sessions(fmt)
     replayed, rest = sessions[: args.sessions], sessions[args.sessions :]
     # Global corpus: the other sessions' calls (prompt + output), repeated to the size asked.
     docs: list[np.ndarray] = []

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+
+from devtraces import DIRS, dev_sessions
 
 from agspec.corpora import SessionCorpus
 from agspec.drafter.session_inference import SessionResolver
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
-DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
+from agspec.traces import render_call
 
 
 def known_prefixes(sessions: list[list[tuple[list[int], list[int]]]]) -> list[list[int]]:
@@ -68,7 +66,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
-    raw, _ = import_traces(args.source, [TRACES / DIRS[args.source]])
+    raw = dev_sessions(args.source)
     sessions = [
         [(p, o) for p, o in (render_call(c, tok) for c in s.calls)] for s in raw[: args.sessions]
     ]

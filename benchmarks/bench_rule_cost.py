@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_drafter import DIRS, TRACES
+from devtraces import dev_sessions
 
 from agspec.index.token_index import TokenIndex
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
+from agspec.traces import render_call
 
 tok = get_tokenizer("qwen2.5")
-sessions, _ = import_traces("swe-agent", [TRACES / DIRS["swe-agent"]])
+sessions = dev_sessions("swe-agent")
 ix = TokenIndex()
 docs = {}
 n = 0

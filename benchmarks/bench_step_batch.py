@@ -18,21 +18,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+from devtraces import DIRS, dev_sessions
 
 from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.drafter.protocol import greedy_commit
 from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
-DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
+from agspec.traces import render_call
 
 
 def load_sessions(source: str, tok, num_sessions: int):
     """(session id, [(call, prompt, output)]) for the first sessions; the rest for global."""
-    sessions, _ = import_traces(source, [TRACES / DIRS[source]])
+    sessions = dev_sessions(source)
     out = []
     for s in sessions[:num_sessions]:
         calls = []
@@ -82,11 +81,7 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
         nxt = []
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
-            rest = out[pos:]
-            a = 0
-            while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
-                a += 1
-            commit = rest[: a + 1]
+            _, commit = greedy_commit(draft, out, pos)
             tokens += len(commit)
             x[2], x[3] = pos + len(commit), commit
             if x[2] < len(out):

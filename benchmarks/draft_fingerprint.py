@@ -14,15 +14,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+from devtraces import DIRS, dev_sessions
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.drafter.protocol import greedy_commit
 from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import import_traces, render_call
+from agspec.traces import render_call
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
-DIRS = {"swe-agent": "swe-agent-java", "chatdev": "chatdev", "mini-swe-agent": "mini-swe-agent"}
 DEFAULT_VARIANTS = [
     "agspec-paper",
     "agspec",
@@ -49,11 +49,9 @@ def fingerprint(server: AgSpecServer, sessions, tok) -> tuple[int, str]:
             while pos < len(out):
                 draft = d.propose(32)
                 h.update(repr((draft, d.last_source, d.last_match_length)).encode())
-                a = 0
-                while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
-                    a += 1
-                d.accept(out[pos : pos + a + 1])
-                pos += a + 1
+                _, commit = greedy_commit(draft, out, pos)
+                d.accept(commit)
+                pos += len(commit)
                 steps += 1
             d.end()
         sess.end()
@@ -70,8 +68,8 @@ def main() -> None:
     tok = get_tokenizer("qwen2.5")
     cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
     result = {}
-    for source, folder in DIRS.items():
-        sessions, _ = import_traces(source, [TRACES / folder])
+    for source in DIRS:
+        sessions = dev_sessions(source)
         docs = []
         for s in sessions[args.sessions : args.sessions + args.global_sessions]:
             for c in s.calls:

@@ -455,23 +455,9 @@ def _run_task(state: RunState, task: tuple[str, str, int], *, progress: bool) ->
     group = state.by_source[source]
     cost_model, step_ms = state.cost_models[source]
     out = state.out
-    servers = make_servers(
-        name,
-        group,
-        config,
-        tokenizer=state.tokenizer,
-        cost_model=cost_model,
-        batch_size=batch_size,
-        caps=state.caps,
-    )
-    pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
-    fillers = None
-    if config.steady_state and batch_size > 1:
-        import itertools
 
-        # Fresh servers for the fillers (same folds, same global corpora), so the fillers
-        # never add to what a measured session's drafter knows.
-        spare = make_servers(
+    def servers_by_fold() -> dict[int, Any]:
+        return make_servers(
             name,
             group,
             config,
@@ -480,6 +466,16 @@ def _run_task(state: RunState, task: tuple[str, str, int], *, progress: bool) ->
             batch_size=batch_size,
             caps=state.caps,
         )
+
+    servers = servers_by_fold()
+    pairs = [(s, servers[fold_of(s.session_id)]) for s in group]
+    fillers = None
+    if config.steady_state and batch_size > 1:
+        import itertools
+
+        # Fresh servers for the fillers (same folds, same global corpora), so the fillers
+        # never add to what a measured session's drafter knows.
+        spare = servers_by_fold()
         fillers = itertools.cycle([(s, spare[fold_of(s.session_id)]) for s in group])
     t0 = time.perf_counter()
     result = _replay_with_progress(
