@@ -212,8 +212,7 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def write_profile(profile: dict[str, Any], out: str | os.PathLike[str]) -> None:
-    """Writes the profile whole or not at all (temp file + rename)."""
-    target = Path(out)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    """Writes the profile whole or not at all (agspec._files.atomic_write_text)."""
+    from agspec._files import atomic_write_text
+
+    atomic_write_text(out, json.dumps(profile, indent=1) + "\n")
