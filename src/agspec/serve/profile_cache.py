@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agspec._files import atomic_write_text
+
 __all__ = ["cached_cost_profile", "profile_cache_dir", "model_sha256", "cpu_name"]
 
 # A short measurement: n = 1..32 (the longest draft of agspec-paper+cost is 32, and the
@@ -100,8 +102,5 @@ def cached_cost_profile(
     )
     profile["cache_key"] = {"model_sha256": model_sha256(model_path), "cpu": cpu_name(),
                             "threads": threads}  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(profile, indent=1) + "\n")
     return path, False

@@ -50,9 +50,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
+from agspec._files import atomic_write_text
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecCall, AgSpecServer, step_batch
 from agspec.tokenizers import TOKENIZER_NAMES
@@ -507,12 +507,9 @@ class AgSpecProposer:
         }
 
     def write_stats(self, path: str | os.PathLike[str]) -> None:
-        """Writes `stats()` as JSON, whole or not at all (temp file + rename)."""
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        """Writes `stats()` as JSON, whole or not at all (agspec._files.atomic_write_text)."""
         with self._stats_lock:
-            tmp.write_text(json.dumps(self.stats(), indent=1) + "\n", encoding="utf-8")
-            os.replace(tmp, target)
+            atomic_write_text(path, json.dumps(self.stats(), indent=1) + "\n")
 
 
 # Shipped with the package (src/agspec/data/costmodels/): measured by
