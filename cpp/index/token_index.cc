@@ -631,8 +631,15 @@ void MatchCursor::sync(const TokenIndex& idx) {
   if (epoch_ == idx.epoch() && synced_positions_ == npos) return;
   const size_t window = std::min(tail_.size(), size_t(max_match_));
   const size_t fresh = npos - std::min(npos, synced_positions_);
-  if (epoch_ != idx.epoch() || fresh > std::max<size_t>(64, size_t(max_match_))) {
-    // Positions were renumbered, or many are new: match the last window from scratch.
+  // Scanning a new position is one or two sequential reads; walking the window from the
+  // root is `window` transitions, each a likely cache miss in a large index. A corpus
+  // that many requests append to at once (the history, at batch 64: about 240 new
+  // positions per step) must not pay the walk every step, so the scan goes on far past
+  // the window's length (benchmarks/bench_step_batch.py).
+  constexpr size_t kScanPerWindowToken = 16;
+  if (epoch_ != idx.epoch() ||
+      fresh > kScanPerWindowToken * std::max<size_t>(64, size_t(max_match_))) {
+    // Positions were renumbered, or very many are new: match the last window afresh.
     state_ = 0;
     len_ = 0;
     for (size_t i = tail_.size() - window; i < tail_.size(); ++i) step(idx, tail_[i]);
