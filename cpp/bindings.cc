@@ -6,9 +6,11 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "cursor_set.h"
+#include "messages.h"
 #include "token_index.h"
 
 namespace nb = nanobind;
@@ -236,6 +238,21 @@ NB_MODULE(_native, m) {
            nb::arg("rule"), nb::arg("max_occurrences"))
       .def("__len__", &CursorSet::size);
 
+  // The session corpus's message split (agspec.corpora.session): one pass over the
+  // prompt, without the GIL for a long one.
+  m.def(
+      "message_keys",
+      [](const std::vector<int32_t>& tokens, int64_t separator, size_t known) {
+        agspec::MessageKeys k;
+        if (tokens.size() >= kReleaseGilTokens) {
+          nb::gil_scoped_release release;
+          k = agspec::message_keys(tokens.data(), tokens.size(), separator, known);
+        } else {
+          k = agspec::message_keys(tokens.data(), tokens.size(), separator, known);
+        }
+        return std::make_tuple(k.first, std::move(k.starts), std::move(k.keys));
+      },
+      nb::arg("tokens"), nb::arg("separator"), nb::arg("known"));
   m.def(
       "advance_batch",
       [](const std::vector<CursorSet*>& sets, const std::vector<std::vector<int32_t>>& tokens) {

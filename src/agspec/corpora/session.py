@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agspec import _native
 from agspec.index.engines import IndexFactory
 from agspec.index.token_index import TokenIndex, as_tokens
 
@@ -37,10 +38,9 @@ class SessionCorpus:
 
     A caller that knows how many leading prompt tokens the session has seen (the
     session resolver of `agspec.drafter.session_inference` does) passes `known_tokens`:
-    ingestion then costs O(new text). Without it every message of the prompt is hashed
-    again (about 16 ns a token here; finding a shared prefix by comparing with the
-    previous prompt instead costs as much: a comparison of Python ints is no cheaper
-    than hashing them, benchmarks/bench_ingest.py).
+    ingestion then costs O(new text). Without it every message of the prompt is split
+    and hashed again, in one native pass whose cost is mostly reading the Python list
+    (a few ns a token; benchmarks/bench_ingest.py).
     """
 
     def __init__(
@@ -59,8 +59,8 @@ class SessionCorpus:
     ) -> int:
         """Indexes the messages of this prompt not seen before; returns tokens added.
 
-        Messages are keyed by a 64-bit hash of their token ids (a collision would only
-        skip a message, never change an output). All new messages enter in one call, so
+        Messages are keyed by a 64-bit hash of their token ids and length (a collision
+        would only skip a message, never change an output). All new messages enter in one call, so
         a bad token id leaves the corpus as it was.
 
         `known_tokens`: the caller vouches that the prompt's first `known_tokens` tokens
@@ -81,39 +81,25 @@ class SessionCorpus:
         if not 0 <= known_tokens <= n:
             raise ValueError(f"known_tokens must be in [0, {n}] (the prompt's length)")
         sep = self.separator_id
-        new: list[int] = []
-        start = 0  # messages are split from here on
-        if known_tokens:
-            # The tail of the message the known text ends in, up to the next separator.
-            start = n
-            if sep is not None:
-                try:
-                    start = toks.index(sep, known_tokens)
-                except ValueError:
-                    pass
-            new.extend(toks[known_tokens:start])
-        # Message starts from `start` on: separators (and `start`, a separator or 0, or
-        # the prompt's end after known text).
-        starts = [start]
-        if sep is not None:
-            i = start
-            while True:
-                try:
-                    i = toks.index(sep, i + 1)
-                except ValueError:
-                    break
-                starts.append(i)
+        try:
+            # One native pass splits the prompt and keys its messages (a Python split and
+            # hash cost about three times as much a token: benchmarks/bench_ingest.py).
+            start, starts, keys = _native.message_keys(
+                toks, -1 if sep is None else sep, known_tokens
+            )
+        except TypeError:
+            as_tokens(toks, what="prompt_ids")  # says which id is bad
+            raise
+        # The tail of the message the known text ends in (known_tokens > 0), up to the
+        # next separator, then every message not seen before.
+        new: list[int] = toks[known_tokens:start] if known_tokens else []
         new_keys: set[int] = set()
         seen = self._seen
-        for a, b in zip(starts, [*starts[1:], n]):
-            if b <= a:
-                continue
-            part = toks[a:b]
-            key = hash(tuple(part))
+        for i, key in enumerate(keys):
             if key in seen or key in new_keys:
                 continue
             new_keys.add(key)
-            new.extend(part)
+            new.extend(toks[starts[i] : starts[i + 1] if i + 1 < len(starts) else n])
         if new:
             self.index.extend_list(doc_id, new)
         seen |= new_keys
