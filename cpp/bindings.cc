@@ -156,6 +156,7 @@ NB_MODULE(_native, m) {
       .def("num_states", [](const IndexHandle& self) { return self.get()->num_states(); })
       .def("num_bytes", [](const IndexHandle& self) { return self.get()->num_bytes(); })
       .def("frozen", [](const IndexHandle& self) { return self.get()->frozen(); })
+      .def("freeze", [](IndexHandle& self) { self.get()->freeze(); })
       .def(
           "cursor",
           [](const IndexHandle& self, int32_t max_match_tokens) {

@@ -354,10 +354,17 @@ TokenIndex::Doc& TokenIndex::doc_for_write(int64_t doc_id) {
   return d;
 }
 
+namespace {
+constexpr const char* kReadOnly =
+    "the index is read-only (loaded from a file, or a built global corpus)";
+}  // namespace
+
 void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
-  if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
+  if (frozen()) throw ArgumentError(kReadOnly);
   check_tokens(tokens, n);
   Writing guard(*this);
+  // Again inside: a freeze() may have run between the first look and the guard.
+  if (frozen()) throw ArgumentError(kReadOnly);
   Doc& d = doc_for_write(doc_id);
   const auto slot = doc_slot_[doc_id];
   if (n >= 4096) {
@@ -379,9 +386,16 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
   }
 }
 
+void TokenIndex::freeze() {
+  if (frozen()) return;
+  Writing guard(*this);  // waits for an extend in flight (or raises StateError)
+  frozen_.store(true, std::memory_order_release);
+}
+
 void TokenIndex::remove(int64_t doc_id) {
-  if (frozen_) throw ArgumentError("the index was loaded from a file and is read-only");
+  if (frozen()) throw ArgumentError(kReadOnly);
   Writing guard(*this);
+  if (frozen()) throw ArgumentError(kReadOnly);
   auto it = doc_slot_.find(doc_id);
   if (it == doc_slot_.end() || docs_[it->second].removed) {
     throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
@@ -704,6 +718,13 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, ContinuationRule
     default:
       throw ArgumentError("unknown continuation rule");
   }
+  if (idx->frozen()) {
+    std::lock_guard<std::mutex> guard(idx->frequent_cache_mu_);
+    const auto hit = idx->frequent_cache_.find(state_);
+    if (hit != idx->frequent_cache_.end() && hit->second.max_occurrences == max_occurrences) {
+      return idx->tokens_after(hit->second.position, max_tokens);
+    }
+  }
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
   // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
   struct Group {
@@ -734,7 +755,15 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, ContinuationRule
   for (size_t k = 1; k < num_groups; ++k) {
     if (groups[k].count > best->count) best = &groups[k];  // strict: recent wins ties
   }
-  return idx->tokens_after(positions[best->first], max_tokens);
+  const uint32_t chosen = positions[best->first];
+  if (idx->frozen() && max_occurrences <= UINT32_MAX) {
+    std::lock_guard<std::mutex> guard(idx->frequent_cache_mu_);
+    if (idx->frequent_cache_.size() >= TokenIndex::kFrequentCacheEntries) {
+      idx->frequent_cache_.clear();
+    }
+    idx->frequent_cache_[state_] = {chosen, uint32_t(max_occurrences)};
+  }
+  return idx->tokens_after(chosen, max_tokens);
 }
 
 std::vector<Token> MatchCursor::vote(const TokenIndex& idx, size_t max_tokens,

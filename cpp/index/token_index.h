@@ -117,7 +117,11 @@ class TokenIndex {
   size_t num_positions() const;
   size_t num_states() const;
   size_t num_bytes() const;
-  bool frozen() const { return frozen_; }  // fixed at construction
+  // Read-only: loaded from a file, or frozen. extend and remove then raise ArgumentError.
+  bool frozen() const { return frozen_.load(std::memory_order_acquire); }
+  // Makes the index read-only for good (a global corpus once built): its queries can
+  // then keep answers that only a change could make stale.
+  void freeze();
 
   // Writes <path>.tmp.<pid>.<n>, then renames it over path: concurrent saves to one
   // path each write a whole file, and the last rename wins.
@@ -254,7 +258,17 @@ class TokenIndex {
   mutable std::unordered_map<int32_t, RecentEntry> recent_cache_;
   mutable uint64_t recent_cache_epoch_ = ~uint64_t{0};
   mutable size_t recent_cache_positions_ = 0;
-  bool frozen_ = false;
+  // A frozen index never changes, so the occurrence the kFrequent rule picks for a state
+  // is fixed: remember it (bounded; starts over when full). The rule reads up to 64
+  // occurrences at random places of a large index (the global corpus) each time.
+  struct FrequentEntry {
+    uint32_t position;
+    uint32_t max_occurrences;
+  };
+  static constexpr size_t kFrequentCacheEntries = size_t{1} << 16;
+  mutable std::mutex frequent_cache_mu_;
+  mutable std::unordered_map<int32_t, FrequentEntry> frequent_cache_;
+  std::atomic<bool> frozen_{false};
   mutable std::atomic<uint32_t> access_{0};
   std::atomic<bool> closed_{false};
 };

@@ -78,6 +78,7 @@ def test_unknown_emission_format_is_a_clear_error():
 
 def test_global_corpus_round_trip(tmp_path):
     g = GlobalCorpus.build([[1, 2, 3, 4], [], [5, 6]])
+    assert g.index.frozen  # read-only once built, as a loaded one is
     path = tmp_path / "g.agidx"
     g.save(path)
     loaded = GlobalCorpus.load(path)

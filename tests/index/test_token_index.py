@@ -193,6 +193,31 @@ def test_save_load_round_trip(tmp_path):
         loaded.extend(0, [1])
 
 
+def test_a_frozen_index_answers_as_before_and_takes_no_more_text():
+    """freeze() makes an index read-only; its remembered "frequent" answers (kept only
+    for a frozen index) are the ones an unfrozen twin computes afresh."""
+    rng = np.random.default_rng(3)
+    idx, twin = TokenIndex(), TokenIndex()
+    for d in range(6):
+        toks = rng.integers(0, 5, size=300).astype(np.int32)
+        idx.extend(d, toks)
+        twin.extend(d, toks)
+    idx.freeze()
+    assert idx.frozen and not twin.frozen
+    for _ in range(3):  # the second and third rounds are answered from memory
+        for q in (rng.integers(0, 5, size=8).tolist() for _ in range(40)):
+            a, b = idx.match(q, max_match_tokens=6), twin.match(q, max_match_tokens=6)
+            for occ in (1, 8, 32):
+                assert a.continuation(5, "frequent", max_occurrences=occ) == b.continuation(
+                    5, "frequent", max_occurrences=occ
+                )
+    with pytest.raises(ValueError, match="read-only"):
+        idx.extend(0, [1])
+    with pytest.raises(ValueError, match="read-only"):
+        idx.remove(0)
+    idx.freeze()  # idempotent
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [

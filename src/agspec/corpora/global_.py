@@ -26,6 +26,10 @@ class GlobalCorpus:
         for i, doc in enumerate(docs):
             if len(doc):
                 index.extend(i, doc)
+        # Read-only from now on, as a loaded one is (engines without the notion skip it).
+        freeze = getattr(index, "freeze", None)
+        if freeze is not None:
+            freeze()
         return cls(index)
 
     @classmethod

@@ -183,6 +183,11 @@ class TokenIndex:
     def frozen(self) -> bool:
         return bool(self._native.frozen())
 
+    def freeze(self) -> None:
+        """Makes the index read-only for good, as a loaded one is (`extend` and `remove`
+        then raise ValueError); queries may then keep answers a change would spoil."""
+        self._native.freeze()
+
     @property
     def num_documents(self) -> int:
         return int(self._native.num_documents())
