@@ -260,10 +260,14 @@ NB_MODULE(_native, m) {
         if (sets.size() != tokens.size()) {
           throw agspec::ArgumentError("advance_batch: one token list per cursor set");
         }
+        std::vector<const Token*> data(sets.size());
+        std::vector<size_t> lengths(sets.size());
         for (size_t i = 0; i < sets.size(); ++i) {
           if (sets[i] == nullptr) throw agspec::ArgumentError("advance_batch: a set is None");
-          sets[i]->advance(tokens[i].data(), tokens[i].size());
+          data[i] = tokens[i].data();
+          lengths[i] = tokens[i].size();
         }
+        agspec::advance_batch(sets.data(), data.data(), lengths.data(), sets.size());
       },
       nb::arg("sets"), nb::arg("tokens"));
   m.def(
@@ -275,11 +279,7 @@ NB_MODULE(_native, m) {
           total += s->size();
         }
         std::vector<int32_t> out(total);
-        size_t at = 0;
-        for (CursorSet* s : sets) {
-          s->match_lengths(out.data() + at);
-          at += s->size();
-        }
+        agspec::match_lengths_batch(sets.data(), sets.size(), out.data());
         return out;
       },
       nb::arg("sets"));

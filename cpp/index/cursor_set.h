@@ -33,10 +33,28 @@ class CursorSet {
   std::vector<Token> continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                   size_t max_occurrences);
   size_t size() const { return cursors_.size(); }
+  // Cache hints for advance() (no effect on results), in the order a batch issues them,
+  // each reading only what the one before fetched: the members' arrays, then the
+  // cursors' and indexes' own memory.
+  void prefetch_members() const;
+  void prefetch_targets() const;
 
  private:
   std::vector<MatchCursor> cursors_;
+  // indexes_[i] is cursors_[i]'s index. The set holds it (the cursor alone holds it
+  // weakly), so a step need not take a weak reference per cursor: the memory of a
+  // closed index goes when the request's set does; a closed index still raises.
+  std::vector<std::shared_ptr<TokenIndex>> indexes_;
   std::vector<std::pair<std::shared_ptr<TokenIndex>, int64_t>> appends_;
 };
+
+// advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them): one after the
+// other, with the next sets' first reads asked for ahead, so their cache misses overlap
+// (a batch of requests whose corpora do not all fit in the cache). Equal to calling
+// advance on each in order.
+void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
+                   size_t n);
+// match_lengths() of many sets into out, set after set.
+void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out);
 
 }  // namespace agspec

@@ -133,6 +133,13 @@ class TokenIndex {
   // Checks every invariant load checks, on this index (O(size)); raises FormatError.
   void verify() const;
 
+  // A cache hint (no effect on results): the object's own lines, which every query reads
+  // (its guard, its arrays' bounds), for a caller about to query many indexes in turn.
+  void prefetch_self() const {
+    const char* p = reinterpret_cast<const char*>(this);
+    for (size_t at = 0; at < sizeof(TokenIndex); at += 64) __builtin_prefetch(p + at);
+  }
+
   // Marks the index closed: from now on every call (and every cursor's) raises
   // StateError. Calls already running finish; the memory goes with the last shared_ptr.
   void close() { closed_.store(true); }
@@ -148,6 +155,7 @@ class TokenIndex {
 
    private:
     const TokenIndex& idx_;
+    bool counted_;  // false for a frozen index, which no writer can enter
   };
 
  private:
@@ -179,6 +187,7 @@ class TokenIndex {
   void next_tokens(uint32_t pos, Token* out, size_t max_tokens) const;
   // Cache hints for a batch of positions (no effect on results).
   void prefetch_position(uint32_t pos) const;
+
   void prefetch_next_tokens(uint32_t pos) const;
   // Tokens after position pos in its document, at most max_tokens (any value).
   std::vector<Token> tokens_after(uint32_t pos, size_t max_tokens) const;
@@ -284,6 +293,12 @@ class MatchCursor {
 
   void extend(const Token* tokens, size_t n);
   int32_t match_length();
+  // For a caller that holds `idx`, this cursor's index, alive (CursorSet): the same
+  // without taking the weak reference; the tokens are checked (>= 0).
+  void extend_held(const TokenIndex& idx, const Token* tokens, size_t n);
+  int32_t match_length_held(const TokenIndex& idx);
+  // A cache hint for the next extend_held (no effect on results): the tail's end.
+  void prefetch_tail() const { __builtin_prefetch(tail_.data() + tail_.size(), 1); }
   std::vector<Occurrence> occurrences(size_t max_count);
   // Tokens after the chosen occurrence of the current match (see ContinuationRule).
   std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);

@@ -5,7 +5,9 @@
 // AddressSanitizer + UBSan. What it checks besides the sanitizers: every call either
 // works or raises StateError (or DocumentError for a document not there yet); every
 // saved file loads (load verifies it) and holds a state the index really had; after
-// close() every call raises StateError.
+// close() every call raises StateError. Then freeze() racing a writer and two readers
+// of the remembered "frequent" answers, and cursor sets of two threads stepping in
+// batches over a frozen corpus and a history both append to.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,8 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "cursor_set.h"
 #include "token_index.h"
 
+using agspec::ArgumentError;
+using agspec::CursorSet;
 using agspec::MatchCursor;
 using agspec::StateError;
 using agspec::Token;
@@ -60,9 +65,117 @@ bool attempt(Fn fn, std::atomic<long>& refused, bool* closed = nullptr) {
   }
 }
 
+// A writer extends until freeze() lands; two readers ask for "frequent" continuations
+// (remembered per state once frozen) meanwhile. After the freeze no extend succeeds, and
+// the text is what the writer wrote before it.
+void freeze_scenario() {
+  auto index = std::make_shared<TokenIndex>();
+  std::atomic<long> refused{0};
+  std::atomic<bool> frozen_seen{false};
+  std::vector<Token> written;
+  std::thread writer([&] {
+    std::mt19937 rng(7);
+    for (int i = 0; i < 4000 && !frozen_seen; ++i) {
+      std::vector<Token> toks(1 + rng() % 30);
+      for (auto& t : toks) t = Token(rng() % 6);
+      try {
+        index->extend(0, toks.data(), toks.size());
+        written.insert(written.end(), toks.begin(), toks.end());
+      } catch (const StateError&) {
+        ++refused;
+      } catch (const ArgumentError&) {
+        frozen_seen = true;  // read-only now
+      }
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      std::mt19937 rng(50 + r);
+      for (int op = 0; op < 3000; ++op) {
+        std::vector<Token> q(4);
+        for (auto& t : q) t = Token(rng() % 6);
+        attempt(
+            [&] {
+              MatchCursor cur(index, 6);
+              cur.extend(q.data(), q.size());
+              (void)cur.continuation(8, agspec::ContinuationRule::kFrequent, 1 + op % 32);
+            },
+            refused);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (!attempt([&] { index->freeze(); }, refused)) {
+  }
+  writer.join();
+  for (auto& t : readers) t.join();
+  if (!index->frozen()) fail("freeze() did not make the index read-only");
+  if (index->document(0) != written) fail("the frozen text is not what was written");
+  const Token one = 1;
+  try {
+    index->extend(0, &one, 1);
+    fail("an extend after freeze() succeeded");
+  } catch (const ArgumentError&) {
+  }
+}
+
+// Two threads, each with its own cursor sets over a frozen corpus and a shared history
+// that both append to, step in batches (advance_batch), as two engine threads would.
+void cursor_set_scenario() {
+  auto global = std::make_shared<TokenIndex>();
+  std::mt19937 rng(3);
+  for (int d = 0; d < 8; ++d) {
+    std::vector<Token> toks(500);
+    for (auto& t : toks) t = Token(rng() % 8);
+    global->extend(d, toks.data(), toks.size());
+  }
+  global->freeze();
+  auto history = std::make_shared<TokenIndex>();
+  std::atomic<long> refused{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 r(20 + w);
+      std::vector<std::unique_ptr<CursorSet>> sets;
+      for (int k = 0; k < 8; ++k) {
+        auto s = std::make_unique<CursorSet>();
+        const Token tail[2] = {Token(r() % 8), Token(r() % 8)};
+        s->add_cursor(global, 16, tail, 2);
+        s->add_cursor(history, 16, tail, 2);
+        s->add_append(history, 100 * w + k);
+        sets.push_back(std::move(s));
+      }
+      std::vector<CursorSet*> raw;
+      for (auto& s : sets) raw.push_back(s.get());
+      for (int step = 0; step < 300; ++step) {
+        std::vector<std::vector<Token>> toks(raw.size());
+        std::vector<const Token*> data;
+        std::vector<size_t> lengths;
+        for (auto& t : toks) {
+          t.resize(1 + r() % 4);
+          for (auto& x : t) x = Token(r() % 8);
+          data.push_back(t.data());
+          lengths.push_back(t.size());
+        }
+        attempt([&] { agspec::advance_batch(raw.data(), data.data(), lengths.data(), raw.size()); },
+                refused);
+        std::vector<int32_t> out(2 * raw.size());
+        attempt([&] { agspec::match_lengths_batch(raw.data(), raw.size(), out.data()); }, refused);
+        for (int32_t m : out) {
+          if (m < 0 || m > 16) fail("a match length out of range");
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 }  // namespace
 
 int main() {
+  freeze_scenario();
+  cursor_set_scenario();
   constexpr int kRemoveAt = 90;  // the writer's iteration that removes document 10
   constexpr int kCloseAt = 180;  // close() once the writer is past this iteration
   auto index = std::make_shared<TokenIndex>();
