@@ -86,7 +86,11 @@ class CorpusSet:
         self._order = [(slot[r.corpus], int(r.margin_tokens)) for r in order if r.corpus in slot]
         self._rules: list[ContinuationRule] = [rule for _, _, rule in entries]
         self._codes = [_RULE_CODES[r] for r in self._rules]
-        tail_list = as_tokens(list(tail)[-max_match_tokens:], what="tail").tolist()
+        tail_list = (
+            list(tail[-max_match_tokens:])
+            if isinstance(tail, (list, tuple))
+            else as_tokens(tail, what="tail")[-max_match_tokens:].tolist()
+        )
         native = all(isinstance(ix, TokenIndex) for _, ix, _ in entries) and all(
             isinstance(ix, TokenIndex) for ix, _ in appends
         )
@@ -94,11 +98,17 @@ class CorpusSet:
         self._cursors: list[Any] = []
         self._appends: list[tuple[Any, int]] = []
         if native:
-            self._native = _native.CursorSet()
-            for _, ix, _ in entries:
-                self._native.add_cursor(ix._native, max_match_tokens, tail_list)
+            cursors = _native.CursorSet()
+            try:
+                # The binding converts and checks the ids (a list of ints: no numpy trip).
+                for _, ix, _ in entries:
+                    cursors.add_cursor(ix._native, max_match_tokens, tail_list)
+            except (TypeError, ValueError, OverflowError):
+                as_tokens(tail_list, what="tail")  # raises, saying which id is bad
+                raise
             for ix, doc_id in appends:
-                self._native.add_append(ix._native, doc_id)
+                cursors.add_append(ix._native, doc_id)
+            self._native = cursors
         else:
             arr = as_tokens(tail_list, what="tail")
             self._cursors = [

@@ -87,7 +87,8 @@ class AgSpecCall:
             if isinstance(prompt_ids, list)
             else as_tokens(prompt_ids, what="prompt_ids").tolist()
         )
-        tail = as_tokens(prompt[-cfg.max_match_tokens :], what="prompt_ids").tolist()
+        # Checked where it is used (the corpora, the cursors), with as_tokens's message.
+        tail = prompt[-cfg.max_match_tokens :]
         if (
             isinstance(known_tokens, bool)
             or not isinstance(known_tokens, int)
