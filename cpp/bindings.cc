@@ -237,6 +237,7 @@ NB_MODULE(_native, m) {
            })
       .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
            nb::arg("rule"), nb::arg("max_occurrences"))
+      .def("flush", &CursorSet::flush)
       .def("__len__", &CursorSet::size);
 
   // The session corpus's message split (agspec.corpora.session): one pass over the

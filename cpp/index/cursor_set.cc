@@ -1,5 +1,6 @@
 #include "cursor_set.h"
 
+#include <exception>
 #include <string>
 
 namespace agspec {
@@ -16,13 +17,41 @@ size_t CursorSet::add_cursor(std::shared_ptr<TokenIndex> index, int32_t max_matc
 void CursorSet::add_append(std::shared_ptr<TokenIndex> index, int64_t doc_id) {
   if (!index) throw ArgumentError("add_append: no index");
   if (doc_id < 0) throw ArgumentError("add_append: doc_id must be >= 0");
-  appends_.emplace_back(std::move(index), doc_id);
+  appends_.push_back(Append{std::move(index), doc_id, {}});
 }
 
 void CursorSet::remove_append(const TokenIndex* index) {
-  std::vector<std::pair<std::shared_ptr<TokenIndex>, int64_t>> kept;
+  std::vector<Append> kept;
   for (auto& a : appends_) {
-    if (a.first.get() != index) kept.push_back(std::move(a));
+    if (a.index.get() != index) kept.push_back(std::move(a));
+  }
+  appends_ = std::move(kept);
+}
+
+bool CursorSet::append(Append& a, const Token* tokens, size_t n) {
+  if (a.index->closed()) return false;
+  if (!a.pending.empty()) {
+    a.pending.insert(a.pending.end(), tokens, tokens + n);
+    tokens = a.pending.data();
+    n = a.pending.size();
+  }
+  if (n == 0) return true;
+  try {
+    a.index->extend(a.doc_id, tokens, n);
+  } catch (const StateError&) {
+    if (a.index->closed()) return false;
+    // Busy: nothing was appended; keep the tokens (in order) for the next try.
+    if (a.pending.empty()) a.pending.assign(tokens, tokens + n);
+    return true;
+  }
+  a.pending.clear();
+  return true;
+}
+
+void CursorSet::flush() {
+  std::vector<Append> kept;
+  for (auto& a : appends_) {
+    if (append(a, nullptr, 0)) kept.push_back(std::move(a));
   }
   appends_ = std::move(kept);
 }
@@ -34,7 +63,15 @@ void CursorSet::advance(const Token* tokens, size_t n) {
     if (tokens[i] < 0) throw ArgumentError("advance: token ids must be >= 0");
   }
   for (size_t i = 0; i < cursors_.size(); ++i) cursors_[i].extend_held(*indexes_[i], tokens, n);
-  for (auto& [index, doc] : appends_) index->extend(doc, tokens, n);
+  bool dropped = false;
+  for (auto& a : appends_) dropped |= !append(a, tokens, n);
+  if (dropped) {
+    std::vector<Append> kept;
+    for (auto& a : appends_) {
+      if (!a.index->closed()) kept.push_back(std::move(a));
+    }
+    appends_ = std::move(kept);
+  }
 }
 
 void CursorSet::match_lengths(int32_t* out) {
@@ -54,7 +91,7 @@ void CursorSet::prefetch_targets() const {
     cursors_[i].prefetch_tail();
     indexes_[i]->prefetch_self();
   }
-  for (const auto& a : appends_) a.first->prefetch_self();
+  for (const auto& a : appends_) a.index->prefetch_self();
 }
 
 namespace {
@@ -70,11 +107,17 @@ void advance_batch(CursorSet* const* sets, const Token* const* tokens, const siz
   for (size_t i = 0; i < n; ++i) __builtin_prefetch(sets[i]);
   for (size_t i = 0; i < n && i < kMembersAhead; ++i) sets[i]->prefetch_members();
   if (n > 0) sets[0]->prefetch_targets();
+  std::exception_ptr first_error;
   for (size_t i = 0; i < n; ++i) {
     if (i + kMembersAhead < n) sets[i + kMembersAhead]->prefetch_members();
     if (i + kTargetsAhead < n) sets[i + kTargetsAhead]->prefetch_targets();
-    sets[i]->advance(tokens[i], lengths[i]);
+    try {
+      sets[i]->advance(tokens[i], lengths[i]);
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
   }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
@@ -95,7 +138,7 @@ std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, Conti
     throw ArgumentError("continuation: slot " + std::to_string(slot) + " out of range (" +
                         std::to_string(cursors_.size()) + " cursors)");
   }
-  return cursors_[slot].continuation(max_tokens, rule, max_occurrences);
+  return cursors_[slot].continuation_held(*indexes_[slot], max_tokens, rule, max_occurrences);
 }
 
 }  // namespace agspec

@@ -27,7 +27,13 @@ class CursorSet {
   void remove_append(const TokenIndex* index);
 
   // One verification step: every cursor is fed `tokens`, then every append target grows.
+  // Never raises for a busy index (another thread's writer inside past the patience): a
+  // busy cursor matches the tokens once it can read again (answering 0 and copying
+  // nothing until then), and a busy document gets them at the next advance or flush, in
+  // order. A closed append target is dropped; a closed cursor index raises StateError.
   void advance(const Token* tokens, size_t n);
+  // Appends what a busy document still waits for (once, without raising for a busy one).
+  void flush();
   // The current match length of every slot, in slot order, into out[0 .. size()).
   void match_lengths(int32_t* out);
   std::vector<Token> continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
@@ -45,13 +51,20 @@ class CursorSet {
   // weakly), so a step need not take a weak reference per cursor: the memory of a
   // closed index goes when the request's set does; a closed index still raises.
   std::vector<std::shared_ptr<TokenIndex>> indexes_;
-  std::vector<std::pair<std::shared_ptr<TokenIndex>, int64_t>> appends_;
+  struct Append {
+    std::shared_ptr<TokenIndex> index;
+    int64_t doc_id;
+    std::vector<Token> pending;  // committed tokens not appended yet (the index was busy)
+  };
+  bool append(Append& a, const Token* tokens, size_t n);  // false: the index was closed
+  std::vector<Append> appends_;
 };
 
 // advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them): one after the
 // other, with the next sets' first reads asked for ahead, so their cache misses overlap
 // (a batch of requests whose corpora do not all fit in the cache). Equal to calling
-// advance on each in order.
+// advance on each in order; a set that raises does not stop the others (the first error
+// is raised once all have moved).
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n);
 // match_lengths() of many sets into out, set after set.

@@ -64,19 +64,21 @@ class Patience {
 }  // namespace
 
 void TokenIndex::enter_read() const {
+  if (!try_enter_read()) throw StateError("the index is being changed by another thread");
+}
+
+bool TokenIndex::try_enter_read() const {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
-  if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;  // fast path
+  if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return true;  // fast path
   access_.fetch_sub(1, std::memory_order_release);  // never hold a writer up while waiting
   Patience patience;
   auto no_writer = [this] { return !(access_.load(std::memory_order_relaxed) & kWriting); };
   for (;;) {
-    if (!patience.wait(no_writer)) {
-      throw StateError("the index is being changed by another thread");
-    }
+    if (!patience.wait(no_writer)) return false;
     if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
-    if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return;
+    if (!(access_.fetch_add(1, std::memory_order_acquire) & kWriting)) return true;
     access_.fetch_sub(1, std::memory_order_release);  // another writer came first
-    if (!patience.retry()) throw StateError("the index is being changed by another thread");
+    if (!patience.retry()) return false;
   }
 }
 
@@ -120,6 +122,15 @@ void TokenIndex::exit_write() { access_.fetch_sub(kWriting, std::memory_order_re
 TokenIndex::Reading::Reading(const TokenIndex& idx) : idx_(idx), counted_(!idx.frozen()) {
   if (counted_) {
     idx_.enter_read();
+  } else if (idx_.closed()) {
+    throw StateError("the index was closed");
+  }
+}
+TokenIndex::Reading::Reading(const TokenIndex& idx, std::nothrow_t)
+    : idx_(idx), counted_(!idx.frozen()) {
+  if (counted_) {
+    held_ = idx_.try_enter_read();
+    counted_ = held_;
   } else if (idx_.closed()) {
     throw StateError("the index was closed");
   }
@@ -701,12 +712,28 @@ void MatchCursor::sync(const TokenIndex& idx) {
 void MatchCursor::extend(const Token* tokens, size_t n) {
   auto idx = lock();
   check_tokens(tokens, n);
-  extend_held(*idx, tokens, n);
+  TokenIndex::Reading reading(*idx);  // raises StateError when busy: nothing fed
+  feed(*idx, tokens, n);
 }
 
 void MatchCursor::extend_held(const TokenIndex& idx, const Token* tokens, size_t n) {
   if (idx.closed()) throw StateError("the index this cursor matches against was closed");
-  TokenIndex::Reading reading(idx);
+  TokenIndex::Reading reading(idx, std::nothrow);
+  if (!reading.held()) {
+    // Busy: keep the tokens; the match is found again from the window once readable.
+    for (size_t i = 0; i < n; ++i) push_tail(tokens[i]);
+    stale_ = true;
+    return;
+  }
+  feed(idx, tokens, n);
+}
+
+void MatchCursor::feed(const TokenIndex& idx, const Token* tokens, size_t n) {
+  if (stale_) {
+    for (size_t i = 0; i < n; ++i) push_tail(tokens[i]);
+    catch_up(idx);
+    return;
+  }
   sync(idx);
   for (size_t i = 0; i < n; ++i) {
     step(idx, tokens[i]);
@@ -714,22 +741,48 @@ void MatchCursor::extend_held(const TokenIndex& idx, const Token* tokens, size_t
   }
 }
 
+void MatchCursor::catch_up(const TokenIndex& idx) {
+  if (!stale_) {
+    sync(idx);
+    return;
+  }
+  state_ = 0;
+  len_ = 0;
+  const size_t window = std::min(tail_.size(), size_t(max_match_));
+  for (size_t i = tail_.size() - window; i < tail_.size(); ++i) step(idx, tail_[i]);
+  epoch_ = idx.epoch();
+  synced_positions_ = idx.positions_size();
+  stale_ = false;
+}
+
 int32_t MatchCursor::match_length() {
   auto idx = lock();
-  return match_length_held(*idx);
+  TokenIndex::Reading reading(*idx);
+  catch_up(*idx);
+  return len_;
 }
 
 int32_t MatchCursor::match_length_held(const TokenIndex& idx) {
   if (idx.closed()) throw StateError("the index this cursor matches against was closed");
-  TokenIndex::Reading reading(idx);
-  sync(idx);
+  TokenIndex::Reading reading(idx, std::nothrow);
+  if (!reading.held()) return 0;  // busy: no match from this index this step
+  catch_up(idx);
   return len_;
+}
+
+std::vector<Token> MatchCursor::continuation_held(const TokenIndex& idx, size_t max_tokens,
+                                                  ContinuationRule rule, size_t max_occurrences) {
+  if (idx.closed()) throw StateError("the index this cursor matches against was closed");
+  TokenIndex::Reading reading(idx, std::nothrow);
+  if (!reading.held()) return {};  // busy: no draft from this index this step
+  catch_up(idx);
+  return continue_from(idx, max_tokens, rule, max_occurrences);
 }
 
 std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);
-  sync(*idx);
+  catch_up(*idx);
   std::vector<Occurrence> out;
   if (len_ == 0) return out;
   for (uint32_t g : idx->recent_positions(state_, max_count)) out.push_back(idx->occurrence(g));
@@ -740,7 +793,13 @@ std::vector<Token> MatchCursor::continuation(size_t max_tokens, ContinuationRule
                                              size_t max_occurrences) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);
-  sync(*idx);
+  catch_up(*idx);
+  return continue_from(*idx, max_tokens, rule, max_occurrences);
+}
+
+std::vector<Token> MatchCursor::continue_from(const TokenIndex& index, size_t max_tokens,
+                                              ContinuationRule rule, size_t max_occurrences) {
+  const TokenIndex* idx = &index;
   if (len_ == 0 || max_tokens == 0) return {};
   switch (rule) {
     case ContinuationRule::kFirst:

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -149,13 +150,19 @@ class TokenIndex {
   class Reading {
    public:
     explicit Reading(const TokenIndex& idx);
+    // Gives up instead of raising when a writer stays inside past the patience: held()
+    // is then false (a closed index still raises). For a step that can do without this
+    // index for now (a cursor set's).
+    Reading(const TokenIndex& idx, std::nothrow_t);
     ~Reading();
     Reading(const Reading&) = delete;
     Reading& operator=(const Reading&) = delete;
+    bool held() const { return held_; }
 
    private:
     const TokenIndex& idx_;
     bool counted_;  // false for a frozen index, which no writer can enter
+    bool held_ = true;
   };
 
  private:
@@ -199,6 +206,7 @@ class TokenIndex {
   // access_: the number of readers inside, plus kWriting while a writer is inside.
   static constexpr uint32_t kWriting = uint32_t{1} << 31;
   void enter_read() const;
+  bool try_enter_read() const;  // false: a writer stayed inside past the patience
   void exit_read() const;
   void enter_write();
   void exit_write();
@@ -294,9 +302,14 @@ class MatchCursor {
   void extend(const Token* tokens, size_t n);
   int32_t match_length();
   // For a caller that holds `idx`, this cursor's index, alive (CursorSet): the same
-  // without taking the weak reference; the tokens are checked (>= 0).
+  // without taking the weak reference; the tokens are checked (>= 0). These never raise
+  // for a busy index (a writer inside past the patience): extend_held keeps the tokens
+  // and matches them once it can read again, match_length_held then answers 0 and
+  // continuation_held nothing. A closed index still raises StateError.
   void extend_held(const TokenIndex& idx, const Token* tokens, size_t n);
   int32_t match_length_held(const TokenIndex& idx);
+  std::vector<Token> continuation_held(const TokenIndex& idx, size_t max_tokens,
+                                       ContinuationRule rule, size_t max_occurrences);
   // A cache hint for the next extend_held (no effect on results): the tail's end.
   void prefetch_tail() const { __builtin_prefetch(tail_.data() + tail_.size(), 1); }
   std::vector<Occurrence> occurrences(size_t max_count);
@@ -308,6 +321,12 @@ class MatchCursor {
  private:
   std::shared_ptr<TokenIndex> lock() const;  // raises StateError once closed
   void sync(const TokenIndex& idx);
+  // Steps through tokens (inside a Reading).
+  void feed(const TokenIndex& idx, const Token* tokens, size_t n);
+  // sync(), or, after tokens were kept unmatched (stale_), the window matched afresh.
+  void catch_up(const TokenIndex& idx);
+  std::vector<Token> continue_from(const TokenIndex& idx, size_t max_tokens, ContinuationRule rule,
+                                   size_t max_occurrences);
   void step(const TokenIndex& idx, Token c);
   void rematch(const TokenIndex& idx, size_t length);
   void push_tail(Token c);
@@ -321,6 +340,7 @@ class MatchCursor {
   int32_t len_ = 0;
   uint64_t epoch_ = 0;
   size_t synced_positions_ = 0;
+  bool stale_ = false;  // tokens were fed while the index was busy: state_ is behind
 };
 
 }  // namespace agspec

@@ -814,3 +814,46 @@ def test_cursor_sets_over_a_closed_or_busy_index_raise_instead_of_crashing():
         """,
     )
     assert "OK" in assert_ok(proc)
+
+
+def test_a_cursor_set_steps_through_a_long_writer_without_failing():
+    """A request's step while another thread holds its session index for writing (a long
+    prompt entering it) neither raises nor loses tokens: the busy corpus matches nothing
+    meanwhile, its cursor catches up after, and its document gets the step's tokens in
+    order at the next step. The oracle: a cursor fed the same tokens on a quiet index."""
+    proc = run_script(
+        prelude=THREAD_PRELUDE,
+        code="""
+        from agspec.corpora.corpus_set import CorpusSet
+        session, other = TokenIndex(), TokenIndex()
+        session.extend(0, [5, 6, 7, 8, 9])
+        other.extend(0, [1, 2, 3, 4])
+        cs = CorpusSet([("session", session, "first"), ("other", other, "first")], [5, 6],
+                       appends=[(session, 1)])
+        assert cs.match_lengths() == [2, 0]
+        more = big(3_000_000, seed=11)
+        t, box = in_thread(session.extend, 2, more)
+        assert wait_busy(t, box, lambda: session.match([5]).match_length), "never busy"
+        cs.advance([7])                          # the session index is busy: no error
+        assert t.is_alive(), "the long extend ended too soon for this test"
+        during = cs.match_lengths()
+        assert during == [0, 0] and cs.continuation(0, 4) == [], during
+        t.join()
+        assert "error" not in box, box
+        cs.advance([1, 2])                       # catches up, then appends [7] and [1, 2]
+        assert session.document(1) == [7, 1, 2]
+        oracle = session.match([5, 6, 7, 1, 2])
+        assert cs.match_lengths() == [oracle.match_length, 2], cs.match_lengths()
+        assert cs.continuation(1, 4) == [3, 4]
+        # A document still busy at close() gets one more try there.
+        t, box = in_thread(session.extend, 3, big(3_000_000, seed=12))
+        assert wait_busy(t, box, lambda: session.match([5]).match_length), "never busy"
+        cs.advance([3])
+        pending = t.is_alive()
+        t.join()
+        cs.close()
+        assert session.document(1) == [7, 1, 2, 3], (pending, session.document(1))
+        print("OK", during)
+        """,
+    )
+    assert "OK" in assert_ok(proc)

@@ -62,6 +62,12 @@ class CorpusSet:
     `entries` are (name, index, continuation rule); `tail` is the request's last tokens
     (at most `max_match_tokens` matter); `appends` are (index, doc_id) documents that
     every `advance` extends after the cursors have moved. Belongs to one thread at a time.
+
+    With the native index a step never fails because another thread holds an index for
+    writing past the 10 ms patience (a long prompt entering the session): that corpus
+    matches nothing and copies nothing until it is free, its cursor catching up then,
+    and a busy document takes the step's tokens at the next `advance` (or `close`), in
+    order. Only a closed index raises (`IndexStateError`).
     """
 
     __slots__ = ("names", "_native", "_cursors", "_appends", "_rules", "_codes", "_order")
@@ -189,7 +195,10 @@ class CorpusSet:
             self._appends = [(ix, d) for ix, d in self._appends if ix is not index]
 
     def close(self) -> None:
-        """Drops every cursor and append target (the request's corpora can then go)."""
+        """Drops every cursor and append target (the request's corpora can then go), after
+        one more try at the tokens a busy document still waits for."""
+        if self._native is not None:
+            self._native.flush()
         self._native = None
         self._cursors = []
         self._appends = []
