@@ -61,7 +61,11 @@ class WorkspaceCorpus:
             for form in forms:
                 toks = self._encode(form)
                 if toks:
-                    self.index.extend(self._next_doc, toks)
+                    # The tokenizer's list goes in as it is (the index checks the ids;
+                    # a numpy round trip costs more than the check).
+                    self.index.extend_list(
+                        self._next_doc, toks if type(toks) is list else list(toks)
+                    )
                     self._next_doc += 1
                     added += len(toks)
         return added
