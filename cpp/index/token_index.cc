@@ -226,6 +226,7 @@ void TokenIndex::reset_automaton() {
   edge_token_.clear();
   pos_doc_.clear();
   pos_off_.clear();
+  pos_tok_.clear();
   edges_.clear();
   new_state(0);  // the root
 }
@@ -355,6 +356,7 @@ void TokenIndex::insert_position(uint32_t doc, uint32_t offset) {
   d.last_state = s;
   pos_doc_.push_back(doc);
   pos_off_.push_back(offset);
+  pos_tok_.push_back(d.tokens[offset]);
   own_next_.push_back(st_[s].own_head);
   st_[s].own_head = static_cast<int32_t>(g);
   // g is the newest position: it ends a string of every state on s's suffix-link path.
@@ -401,6 +403,7 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
     grow(st_, st_.size() + 2 * n);
     grow(pos_doc_, pos_doc_.size() + n);
     grow(pos_off_, pos_off_.size() + n);
+    grow(pos_tok_, pos_tok_.size() + n);
     grow(own_next_, own_next_.size() + n);
     grow(d.tokens, d.tokens.size() + n);
   }
@@ -414,7 +417,8 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
 
 void TokenIndex::freeze() {
   if (frozen()) return;
-  Writing guard(*this);  // waits for an extend in flight (or raises StateError)
+  Writing guard(*this);                 // waits for an extend in flight (or raises StateError)
+  std::vector<Token>().swap(pos_tok_);  // no cursor re-checks new positions of a frozen index
   frozen_.store(true, std::memory_order_release);
 }
 
@@ -496,7 +500,7 @@ size_t TokenIndex::num_bytes() const {
   size_t b = edges_.num_bytes();
   b += st_.capacity() * sizeof(State);
   b += (edge_next_.capacity() + own_next_.capacity() + edge_token_.capacity()) * sizeof(int32_t);
-  b += (pos_doc_.capacity() + pos_off_.capacity()) * sizeof(uint32_t);
+  b += (pos_doc_.capacity() + pos_off_.capacity() + pos_tok_.capacity()) * sizeof(uint32_t);
   for (const auto& d : docs_) b += sizeof(Doc) + d.tokens.capacity() * sizeof(Token);
   b += doc_slot_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
   return b;
@@ -700,8 +704,14 @@ void MatchCursor::sync(const TokenIndex& idx) {
       state_ = idx.state_link(state_);
     }
     size_t best = size_t(len_);
-    for (size_t g = synced_positions_; g < npos; ++g) {
-      best = std::max(best, idx.common_suffix(uint32_t(g), tail_.data(), tail_.size(), window));
+    if (window > 0) {
+      // A match ends with the last fed token: most new positions fail that test, read
+      // from one array, before any document is looked at.
+      const Token last = tail_.back();
+      for (size_t g = synced_positions_; g < npos; ++g) {
+        if (idx.position_token(uint32_t(g)) != last) continue;
+        best = std::max(best, idx.common_suffix(uint32_t(g), tail_.data(), tail_.size(), window));
+      }
     }
     if (best > size_t(len_)) rematch(idx, best);
   }

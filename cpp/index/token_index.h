@@ -185,6 +185,9 @@ class TokenIndex {
   int32_t state_link(int32_t s) const { return st_[s].link; }
   uint64_t epoch() const { return epoch_; }
   size_t positions_size() const { return pos_doc_.size(); }
+  Token position_token(uint32_t g) const {
+    return g < pos_tok_.size() ? pos_tok_[g] : docs_[pos_doc_[g]].tokens[pos_off_[g]];
+  }
   // Most recent first; at most max_count (any value: it is not used as a size).
   std::vector<uint32_t> recent_positions(int32_t state, size_t max_count) const;
   uint32_t first_position(int32_t state) const { return st_[state].first_pos; }
@@ -260,6 +263,10 @@ class TokenIndex {
   // Positions in insertion order (the global clock that "most recent" refers to). A
   // document's positions are its offsets 0, 1, ..., in this order.
   std::vector<uint32_t> pos_doc_, pos_off_;
+  // pos_tok_[g]: the token position g ends with, kept by a live index (empty once frozen,
+  // and in a loaded one: neither grows), so that a cursor re-checking the positions
+  // added since its last step reads one array instead of three (MatchCursor::sync).
+  std::vector<Token> pos_tok_;
   std::vector<int32_t> own_next_;
 
   uint64_t epoch_ = 0;  // bumped when positions are renumbered (remove)

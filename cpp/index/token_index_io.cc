@@ -306,6 +306,15 @@ void TokenIndex::check_structure(const std::string& what) const {
       const size_t n = docs_[i].tokens.size();
       if (next_off[i] != (n ? n - 1 : 0)) throw corrupt("positions do not cover a document");
     }
+    // A live index's copy of each position's token (empty once frozen or loaded).
+    if (!pos_tok_.empty()) {
+      if (pos_tok_.size() != np) throw corrupt("array sizes disagree");
+      for (size_t g = 0; g < np; ++g) {
+        if (pos_tok_[g] != docs_[pos_doc_[g]].tokens[pos_off_[g]]) {
+          throw corrupt("a position's token copy is wrong");
+        }
+      }
+    }
   }
 
   // States, one pass: ranges, the root, lengths, inline transitions, and the link tree.
