@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +110,36 @@ class OnlineScale:
         alpha = self._clip(alpha + self.config.step_size * (float(full) - self.p_star))
         self.scales[agent] = alpha
         return alpha
+
+    def apply_batch(
+        self,
+        agents: Sequence[str],
+        drafted_tokens: Sequence[int],
+        accept_lengths: Sequence[int],
+        censored_by_cap: Sequence[bool],
+    ) -> None:
+        """`apply` for many verifications, in order (one batch step of many requests): the
+        same α as that many `apply` calls.
+
+        >>> s = OnlineScale(p_star=0.25)
+        >>> s.apply_batch(["coder", "coder"], [4, 4], [1, 4], [False, False])
+        >>> round(s.alpha("coder"), 4)
+        1.025
+        """
+        scales = self.scales
+        cfg = self.config
+        init, step, p_star = cfg.alpha_init, cfg.step_size, self.p_star
+        lo, hi = cfg.alpha_min, cfg.alpha_max
+        isfinite = math.isfinite
+        for agent, d, a, censored in zip(agents, drafted_tokens, accept_lengths, censored_by_cap):
+            if d == 0:
+                continue
+            full = a == d
+            if full and censored:
+                continue
+            # `_clip` inlined: the same expression, the same float.
+            alpha = scales.get(agent, init) + step * (float(full) - p_star)
+            scales[agent] = min(max(alpha, lo), hi) if isfinite(alpha) else init
 
     def to_json(self) -> str:
         doc = {
