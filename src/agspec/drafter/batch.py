@@ -77,10 +77,13 @@ def step_batch(
             break
     applied: list[AgSpecCall] = []
     moved: list[list[int]] = []
-    # Per applied call, what its policy learns from: the last draft's decision (None: no
-    # draft) and length, as `AgSpecCall._check_committed` reads them.
-    decisions: list[tuple[int, bool, int] | None] = []
+    # What the shared server's policy learns from (`AgSpecCall._feed`, for the whole step
+    # at once): each applied call's last draft length, and of those that drafted the
+    # agent, decision and accept length. Nothing reads the policy before it is fed.
     drafted: list[int] = []
+    agents: list[str] = []
+    decisions: list[tuple[int, bool, int]] = []
+    accepted: list[int] = []
     try:
         for call, c in zip(calls, committed):
             if c is not None and len(c):
@@ -96,12 +99,21 @@ def step_batch(
                     and type(c[-1]) is int
                     and 0 <= c[-1] < 2**31
                 ):
-                    moved.append(c)
+                    toks = c
                 else:
-                    moved.append(call._checked(c))
+                    toks = call._checked(c)
+                moved.append(toks)
                 applied.append(call)
-                decisions.append(call._decision)
-                drafted.append(len(draft))
+                decision = call._decision
+                if shared is None:
+                    call._feed(decision, len(draft), len(toks))
+                else:
+                    drafted.append(len(draft))
+                    if decision is not None:
+                        agents.append(call.agent)
+                        decisions.append(decision)
+                        # The first n - 1 committed tokens are the draft's: accept length.
+                        accepted.append(len(toks) - 1)
                 call._draft, call._decision = [], None
             elif not call._begun or call._ended:
                 raise call._not_live("step_batch()")
@@ -110,10 +122,10 @@ def step_batch(
         # even when a later call's tokens were refused: no call is left half accepted.
         if applied:
             if shared is not None:
-                _feed(shared, applied, decisions, drafted, moved)
-            else:
-                for call, decision, d, toks in zip(applied, decisions, drafted, moved):
-                    call._feed(decision, d, len(toks))
+                policy = shared.lengths
+                policy.observe_batch(agents, decisions, accepted)
+                if shared.batch_cost_mode:
+                    policy.note_steps(drafted, [len(toks) for toks in moved])
             advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
         if shared is not None:
             _count(shared, applied, moved)
@@ -134,26 +146,6 @@ def step_batch(
     if shared is None:
         return _propose_each(calls, sets, lengths, caps)
     return _propose(shared, calls, sets, lengths, caps)
-
-
-def _feed(
-    server: AgSpecServer,
-    applied: list[AgSpecCall],
-    decisions: list[tuple[int, bool, int] | None],
-    drafted: list[int],
-    moved: list[list[int]],
-) -> None:
-    """`AgSpecCall._feed` for every applied call of one server, in order."""
-    policy = server.lengths
-    fed = [i for i, decision in enumerate(decisions) if decision is not None]
-    policy.observe_batch(
-        [applied[i].agent for i in fed],
-        [decisions[i] for i in fed],  # type: ignore[misc]
-        # The first n - 1 committed tokens are the draft's: the accept length is n - 1.
-        [len(moved[i]) - 1 for i in fed],
-    )
-    if server.batch_cost_mode:
-        policy.note_steps(drafted, [len(toks) for toks in moved])
 
 
 def _count(server: AgSpecServer, applied: list[AgSpecCall], moved: list[list[int]]) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from itertools import accumulate
-from operator import sub, truediv
 
 from agspec.policy.survival import CURVES_FORMAT, MATCH_BUCKETS, MatchSurvival, match_bucket
 
@@ -47,12 +45,13 @@ def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int)
     0
     """
     limit = min(limit, len(curve), len(step_costs) - 1)
-    if limit <= 0:
-        return 0
-    # values[L] = expected[L] / step_costs[L], expected summed left to right from 1; the
-    # first maximum is the shortest best L.
-    values = list(map(truediv, accumulate(curve[:limit], initial=1.0), step_costs))
-    return values.index(max(values))
+    best, best_value, expected = 0, 1.0 / step_costs[0], 1.0
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected / step_costs[n]
+        if value > best_value:
+            best, best_value = n, value
+    return best
 
 
 def _interp(costs: Sequence[float], y: float) -> float:
@@ -145,9 +144,10 @@ def best_length_at_prices(curve: Sequence[float], prices: Sequence[float], limit
     2
     """
     limit = min(limit, len(curve), len(prices) - 1)
-    if limit <= 0:
-        return 0
-    # values[L] = expected[L] - prices[L], expected summed left to right from 0 (values[0]
-    # = 0: no draft); the first maximum is the shortest best L.
-    values = [0.0, *map(sub, accumulate(curve[:limit]), prices[1:])]
-    return values.index(max(values))
+    best, best_value, expected = 0, 0.0, 0.0
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected - prices[n]
+        if value > best_value:
+            best, best_value = n, value
+    return best
