@@ -236,7 +236,7 @@ class DraftLengthPolicy:
             and hit[2] == self.batch_size
         ):
             return hit[3]
-        curve = survival.curve(agent, match_tokens)
+        curve = survival.curve(agent, match_tokens, retrieved_tokens)
         if self.batch_size == 1:
             best = best_length(curve, self.step_costs, retrieved_tokens)
         else:

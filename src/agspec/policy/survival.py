@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, islice
 from operator import mul, truediv
 from pathlib import Path
 from typing import Any
@@ -77,15 +77,21 @@ class MatchSurvival:
         survived = [w * q**k for k in range(1, self.max_tokens + 1)]
         return at_risk, survived
 
-    def curve(self, agent: str, match_tokens: int) -> list[float]:
-        """[S(1), ..., S(max_tokens)] for this agent and match length (cached)."""
+    def curve(self, agent: str, match_tokens: int, head_tokens: int | None = None) -> list[float]:
+        """[S(1), ..., S(max_tokens)] for this agent and match length (cached); with
+        `head_tokens`, possibly only its first min(head_tokens, max_tokens) entries (a
+        caller that reads no further: the cost rule of a short draft)."""
         key = (agent, match_bucket(match_tokens))
+        need = self.max_tokens
+        if head_tokens is not None and head_tokens < need:
+            need = head_tokens
         cached = self._curves.get(key)
-        if cached is not None:
+        if cached is not None and len(cached) >= need:
             return cached
         at_risk, survived = self._counts.get(key) or self._prior(key[1])
-        # The running product of h / n, left to right: S(k) = Π_{j≤k} survived / at risk.
-        out = list(accumulate(map(truediv, survived, at_risk), mul))
+        # The running product of h / n, left to right: S(k) = Π_{j≤k} survived / at risk
+        # (a head is the same floats as the whole curve's first entries).
+        out = list(islice(accumulate(map(truediv, survived, at_risk), mul), max(need, 0)))
         self._curves[key] = out
         return out
 
