@@ -81,21 +81,24 @@ def step_batch(
     # at once): each applied call's last draft length, and of those that drafted the
     # agent, decision and accept length. Nothing reads the policy before it is fed.
     drafted: list[int] = []
+    sizes: list[int] = []  # len(moved[i])
     agents: list[str] = []
     decisions: list[tuple[int, bool, int]] = []
     accepted: list[int] = []
     try:
         for call, c in zip(calls, committed):
-            if c is not None and len(c):
+            if c is not None and (size := len(c)):
                 draft = call._draft
+                num_drafted = len(draft)
                 # What `_checked` passes unchanged (a list of ints: the draft's prefix and
-                # one id); anything else goes through it, which converts or refuses it.
+                # one id); anything else goes through it, which converts or refuses it (a
+                # conversion keeps the length).
                 if (
                     type(c) is list
                     and call._begun
                     and not call._ended
-                    and len(c) <= len(draft) + 1
-                    and c[:-1] == draft[: len(c) - 1]
+                    and size <= num_drafted + 1
+                    and c[:-1] == draft[: size - 1]
                     and type(c[-1]) is int
                     and 0 <= c[-1] < 2**31
                 ):
@@ -106,14 +109,15 @@ def step_batch(
                 applied.append(call)
                 decision = call._decision
                 if shared is None:
-                    call._feed(decision, len(draft), len(toks))
+                    call._feed(decision, num_drafted, size)
                 else:
-                    drafted.append(len(draft))
+                    drafted.append(num_drafted)
+                    sizes.append(size)
                     if decision is not None:
                         agents.append(call.agent)
                         decisions.append(decision)
                         # The first n - 1 committed tokens are the draft's: accept length.
-                        accepted.append(len(toks) - 1)
+                        accepted.append(size - 1)
                 call._draft, call._decision = [], None
             elif not call._begun or call._ended:
                 raise call._not_live("step_batch()")
@@ -125,10 +129,10 @@ def step_batch(
                 policy = shared.lengths
                 policy.observe_batch(agents, decisions, accepted)
                 if shared.batch_cost_mode:
-                    policy.note_steps(drafted, [len(toks) for toks in moved])
+                    policy.note_steps(drafted, sizes)
             advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
         if shared is not None:
-            _count(shared, applied, moved)
+            _count(shared, applied, sizes)
         else:
             for call, toks in zip(applied, moved):
                 if call._index_output:
@@ -148,15 +152,15 @@ def step_batch(
     return _propose(shared, calls, sets, lengths, caps)
 
 
-def _count(server: AgSpecServer, applied: list[AgSpecCall], moved: list[list[int]]) -> None:
-    """`AgSpecCall._count` for every applied call of one server, in order."""
+def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
+    """`AgSpecCall._count` for every applied call of one server, in order (`sizes`: how
+    many tokens each committed)."""
     live = server._live_tokens
     budget = server.config.live_token_budget
-    for call, toks in zip(applied, moved):
+    for call, k in zip(applied, sizes):
         # Checked call by call: going over the budget may stop other calls' indexing.
         if call._index_output:
             sess = call.session
-            k = len(toks)
             sess._counted += k
             live += k
             if live > budget:
@@ -187,12 +191,12 @@ def _propose(
     for i, (call, cs, ls, k) in enumerate(zip(calls, sets, lengths, caps)):
         if k > 0:
             slot = cs.pick(ls)
-            if slot >= 0 and ls[slot] >= min_match:
+            if slot >= 0 and (m := ls[slot]) >= min_match:
                 picked.append(i)
                 picked_calls.append(call)
                 picked_sets.append(cs)
                 slots.append(slot)
-                matches.append(ls[slot])
+                matches.append(m)
                 available.append(k)
     if not picked:
         return drafts
@@ -222,13 +226,15 @@ def _propose(
     for i, call, cs, slot, want, m, draft in zip(
         picked, picked_calls, picked_sets, slots, wants, matches, conts
     ):
-        if cost_mode and len(draft) < want:
-            draft = draft[: policy.cost_length(call.agent, m, len(draft))]
-        if draft:
+        size = len(draft)
+        if cost_mode and size < want:
+            size = policy.cost_length(call.agent, m, size)
+            draft = draft[:size]
+        if size:
             # Censored only when the cap itself bounded the draft (not max_tokens, not text).
-            capped = capped_mode and len(draft) == want == call._cap
+            capped = capped_mode and size == want == call._cap
             call._draft = draft
-            call._decision = (len(draft), capped, m)
+            call._decision = (size, capped, m)
             call.last_source = cs.names[slot]  # type: ignore[assignment]
             call.last_match_length = m
             drafts[i] = list(draft)
