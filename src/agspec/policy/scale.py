@@ -131,15 +131,25 @@ class OnlineScale:
         init, step, p_star = cfg.alpha_init, cfg.step_size, self.p_star
         lo, hi = cfg.alpha_min, cfg.alpha_max
         isfinite = math.isfinite
+        # `apply`'s step η·(1[a = d] − p*), each of its two values computed as it does.
+        up, down = step * (float(True) - p_star), step * (float(False) - p_star)
         for agent, d, a, censored in zip(agents, drafted_tokens, accept_lengths, censored_by_cap):
             if d == 0:
                 continue
-            full = a == d
-            if full and censored:
-                continue
-            # `_clip` inlined: the same expression, the same float.
-            alpha = scales.get(agent, init) + step * (float(full) - p_star)
-            scales[agent] = min(max(alpha, lo), hi) if isfinite(alpha) else init
+            if a == d:
+                if censored:
+                    continue
+                alpha = scales.get(agent, init) + up
+            else:
+                alpha = scales.get(agent, init) + down
+            # `_clip` inlined: min(max(alpha, lo), hi), the same float.
+            if not isfinite(alpha):
+                alpha = init
+            elif alpha < lo:
+                alpha = lo
+            elif alpha > hi:
+                alpha = hi
+            scales[agent] = alpha
 
     def to_json(self) -> str:
         doc = {
