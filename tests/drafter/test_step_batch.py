@@ -128,7 +128,7 @@ def run_both(
         for i in active:
             c = committed[i]
             if c is not None and numpy_every and (i + step) % numpy_every == 0:
-                # Not a list: converted by `_checked`, as `accept` converts it.
+                # Not a list: converted by `_check_committed`, as `accept` converts it.
                 given.append(np.asarray(c, dtype=np.int32) if step % 2 else tuple(c))
             else:
                 given.append(c)

@@ -77,9 +77,10 @@ def step_batch(
             break
     applied: list[AgSpecCall] = []
     moved: list[list[int]] = []
-    # What the shared server's policy learns from (`AgSpecCall._feed`, for the whole step
-    # at once): each applied call's last draft length, and of those that drafted the
-    # agent, decision and accept length. Nothing reads the policy before it is fed.
+    # What the shared server's policy learns from (`AgSpecCall._check_committed`'s
+    # feedback, for the whole step at once): each applied call's last draft length, and of
+    # those that drafted the agent, decision and accept length. Nothing reads the policy
+    # before it is fed. Calls of several servers feed theirs one at a time.
     drafted: list[int] = []
     sizes: list[int] = []  # len(moved[i])
     agents: list[str] = []
@@ -87,12 +88,15 @@ def step_batch(
     accepted: list[int] = []
     try:
         for call, c in zip(calls, committed):
-            if c is not None and (size := len(c)):
+            if c is not None and shared is None and len(c):
+                moved.append(call._check_committed(c))
+                applied.append(call)
+            elif c is not None and (size := len(c)):
                 draft = call._draft
                 num_drafted = len(draft)
-                # What `_checked` passes unchanged (a list of ints: the draft's prefix and
-                # one id); anything else goes through it, which converts or refuses it (a
-                # conversion keeps the length).
+                # What `_check_committed` passes unchanged (a list of ints: the draft's
+                # prefix and one id); anything else goes through it, which converts or
+                # refuses it (a conversion keeps the length).
                 if (
                     type(c) is list
                     and call._begun
@@ -104,20 +108,17 @@ def step_batch(
                 ):
                     toks = c
                 else:
-                    toks = call._checked(c)
+                    toks = call._check_committed(c, feed=False)
                 moved.append(toks)
                 applied.append(call)
+                drafted.append(num_drafted)
+                sizes.append(size)
                 decision = call._decision
-                if shared is None:
-                    call._feed(decision, num_drafted, size)
-                else:
-                    drafted.append(num_drafted)
-                    sizes.append(size)
-                    if decision is not None:
-                        agents.append(call.agent)
-                        decisions.append(decision)
-                        # The first n - 1 committed tokens are the draft's: accept length.
-                        accepted.append(size - 1)
+                if decision is not None:
+                    agents.append(call.agent)
+                    decisions.append(decision)
+                    # The first n - 1 committed tokens are the draft's: the accept length.
+                    accepted.append(size - 1)
                 call._draft, call._decision = [], None
             elif not call._begun or call._ended:
                 raise call._not_live("step_batch()")

@@ -201,15 +201,12 @@ class AgSpecCall:
         self.last_match_length = m
         return list(draft)
 
-    def _check_committed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
-        """The committed tokens as a list, checked against the draft; feeds the policy."""
-        committed = self._checked(committed_ids)
-        self._feed(self._decision, len(self._draft), len(committed))
-        self._draft, self._decision = [], None
-        return committed
-
-    def _checked(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
-        """The committed tokens as a list, checked against the draft (nothing changes)."""
+    def _check_committed(
+        self, committed_ids: Sequence[int] | np.ndarray, *, feed: bool = True
+    ) -> list[int]:
+        """The committed tokens as a list, checked against the draft; feeds the policy and
+        clears the draft (with `feed=False` nothing changes: `step_batch` feeds a whole
+        step's calls at once)."""
         if not self._begun or self._ended:
             raise self._not_live("accept()")
         committed = (
@@ -238,22 +235,18 @@ class AgSpecCall:
             last = committed[-1]
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
-        return committed
-
-    def _feed(
-        self, decision: tuple[int, bool, int] | None, drafted_tokens: int, committed_tokens: int
-    ) -> None:
-        """The policy learns from one verification (`decision`: the draft's, None when
-        nothing was drafted; `committed_tokens` checked by `_checked`)."""
+        if not feed:
+            return committed
         server = self.session.server
+        decision = self._decision
         if decision is not None:
-            # The first n - 1 committed tokens are the draft's (checked): the accept length
-            # (agspec.drafter.protocol.accept_length) is n - 1.
-            server.lengths.observe_tokens(
-                self.agent, decision[0], decision[1], decision[2], committed_tokens - 1
-            )
+            # The first n - 1 committed tokens are the draft's (checked above): the accept
+            # length (agspec.drafter.protocol.accept_length) is n - 1.
+            server.lengths.observe_tokens(self.agent, decision[0], decision[1], decision[2], n - 1)
         if server.batch_cost_mode:
-            server.lengths.note_step(drafted_tokens, committed_tokens)
+            server.lengths.note_step(len(draft), n)
+        self._draft, self._decision = [], None
+        return committed
 
     def _count(self, n: int) -> None:
         """Bookkeeping after the corpora took `n` committed tokens."""
