@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agspec.corpora.corpus_set import advance_batch, continuation_batch, match_lengths_batch
+from agspec.corpora.corpus_set import (
+    CorpusSet,
+    advance_batch,
+    continuation_batch,
+    match_lengths_batch,
+)
 from agspec.drafter.call import AgSpecCall
+
+if TYPE_CHECKING:
+    from agspec.drafter.server import AgSpecServer
 
 
 def step_batch(
@@ -59,24 +68,76 @@ def step_batch(
         elif not call._begun or call._ended:
             raise call._not_live("step_batch()")
         return [call.propose(caps[0])]
+    # One server (the usual case): its policy learns from the whole step in one call and
+    # plans every draft in another. Calls of several servers go one call at a time.
+    shared: AgSpecServer | None = calls[0].session.server
+    for call in calls:
+        if call.session.server is not shared:
+            shared = None
+            break
     applied: list[AgSpecCall] = []
     moved: list[list[int]] = []
+    # What the shared server's policy learns from (`AgSpecCall._check_committed`'s
+    # feedback, for the whole step at once): each applied call's last draft length, and of
+    # those that drafted the agent, decision and accept length. Nothing reads the policy
+    # before it is fed. Calls of several servers feed theirs one at a time.
+    drafted: list[int] = []
+    sizes: list[int] = []  # len(moved[i])
+    agents: list[str] = []
+    decisions: list[tuple[int, bool, int]] = []
+    accepted: list[int] = []
     try:
         for call, c in zip(calls, committed):
-            if c is not None and len(c):
+            if c is not None and shared is None and len(c):
                 moved.append(call._check_committed(c))
                 applied.append(call)
+            elif c is not None and (size := len(c)):
+                draft = call._draft
+                num_drafted = len(draft)
+                # What `_check_committed` passes unchanged (a list of ints: the draft's
+                # prefix and one id); anything else goes through it, which converts or
+                # refuses it (a conversion keeps the length).
+                if (
+                    type(c) is list
+                    and call._begun
+                    and not call._ended
+                    and size <= num_drafted + 1
+                    and c[:-1] == draft[: size - 1]
+                    and type(c[-1]) is int
+                    and 0 <= c[-1] < 2**31
+                ):
+                    toks = c
+                else:
+                    toks = call._check_committed(c, feed=False)
+                moved.append(toks)
+                applied.append(call)
+                drafted.append(num_drafted)
+                sizes.append(size)
+                decision = call._decision
+                if decision is not None:
+                    agents.append(call.agent)
+                    decisions.append(decision)
+                    # The first n - 1 committed tokens are the draft's: the accept length.
+                    accepted.append(size - 1)
+                call._draft, call._decision = [], None
             elif not call._begun or call._ended:
                 raise call._not_live("step_batch()")
     finally:
-        # Every call whose tokens were checked (its policy already saw them) gets them into
-        # its corpora, even when a later call's tokens were refused: no call is left half
-        # accepted.
+        # Every call whose tokens were checked gets them into its policy, then its corpora,
+        # even when a later call's tokens were refused: no call is left half accepted.
         if applied:
+            if shared is not None:
+                policy = shared.lengths
+                policy.observe_batch(agents, decisions, accepted)
+                if shared.batch_cost_mode:
+                    policy.note_steps(drafted, sizes)
             advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
-        for call, toks in zip(applied, moved):
-            if call._index_output:
-                call._count(len(toks))
+        if shared is not None:
+            _count(shared, applied, sizes)
+        else:
+            for call, toks in zip(applied, moved):
+                if call._index_output:
+                    call._count(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations in one
     # more (per call with a non-native engine).
     for call in calls:
@@ -85,8 +146,110 @@ def step_batch(
         call._draft = []
         call._decision = None
         call.last_source, call.last_match_length = None, 0
-    sets = [call._corpora for call in calls]
-    lengths = match_lengths_batch(sets)  # type: ignore[arg-type]
+    sets: list[CorpusSet] = [call._corpora for call in calls]  # type: ignore[misc]
+    lengths = match_lengths_batch(sets)
+    if shared is None:
+        return _propose_each(calls, sets, lengths, caps)
+    return _propose(shared, calls, sets, lengths, caps)
+
+
+def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
+    """`AgSpecCall._count` for every applied call of one server, in order (`sizes`: how
+    many tokens each committed)."""
+    live = server._live_tokens
+    budget = server.config.live_token_budget
+    for call, k in zip(applied, sizes):
+        # Checked call by call: going over the budget may stop other calls' indexing.
+        if call._index_output:
+            sess = call.session
+            sess._counted += k
+            live += k
+            if live > budget:
+                server._live_tokens = live
+                server._over_budget(sess)
+                live = server._live_tokens
+    server._live_tokens = live
+
+
+def _propose(
+    server: AgSpecServer,
+    calls: Sequence[AgSpecCall],
+    sets: list[CorpusSet],
+    lengths: list[list[int]],
+    caps: list[int],
+) -> list[list[int]]:
+    """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once."""
+    n = len(calls)
+    drafts: list[list[int]] = [[] for _ in range(n)]
+    # The requests with a match the source preference picks, long enough to draft from.
+    picked: list[int] = []
+    picked_calls: list[AgSpecCall] = []
+    picked_sets: list[CorpusSet] = []
+    slots: list[int] = []
+    matches: list[int] = []
+    available: list[int] = []
+    min_match = server.min_match_tokens
+    for i, (call, cs, ls, k) in enumerate(zip(calls, sets, lengths, caps)):
+        if k > 0:
+            slot = cs.pick(ls)
+            if slot >= 0 and (m := ls[slot]) >= min_match:
+                picked.append(i)
+                picked_calls.append(call)
+                picked_sets.append(cs)
+                slots.append(slot)
+                matches.append(m)
+                available.append(k)
+    if not picked:
+        return drafts
+    native = all(cs.is_native for cs in sets)
+    policy = server.lengths
+    wants = policy.draft_lengths(
+        [call.agent for call in picked_calls],
+        matches,
+        available,
+        [call._cap for call in picked_calls],
+        # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
+        None if native else [cs.engine_max_tokens(s) for cs, s in zip(picked_sets, slots)],
+    )
+    if not any(wants):
+        return drafts
+    occurrences = picked_calls[0]._max_occurrences
+    if native and all(call._max_occurrences == occurrences for call in picked_calls):
+        # A length of 0 copies nothing.
+        conts = continuation_batch(picked_sets, slots, wants, max_occurrences=occurrences)
+    else:
+        conts = [
+            cs.continuation(slot, want, max_occurrences=call._max_occurrences) if want else []
+            for call, cs, slot, want in zip(picked_calls, picked_sets, slots, wants)
+        ]
+    # `AgSpecCall._take` for each: the draft of this step and what the policy learns from.
+    cost_mode, capped_mode = server.cost_mode, server.capped_mode
+    for i, call, cs, slot, want, m, draft in zip(
+        picked, picked_calls, picked_sets, slots, wants, matches, conts
+    ):
+        size = len(draft)
+        if cost_mode and size < want:
+            size = policy.cost_length(call.agent, m, size)
+            draft = draft[:size]
+        if size:
+            # Censored only when the cap itself bounded the draft (not max_tokens, not text).
+            capped = capped_mode and size == want == call._cap
+            call._draft = draft
+            call._decision = (size, capped, m)
+            call.last_source = cs.names[slot]  # type: ignore[assignment]
+            call.last_match_length = m
+            drafts[i] = list(draft)
+    return drafts
+
+
+def _propose_each(
+    calls: Sequence[AgSpecCall],
+    sets: list[CorpusSet],
+    lengths: list[list[int]],
+    caps: list[int],
+) -> list[list[int]]:
+    """The propose half of `step_batch` one call at a time (calls of several servers)."""
+    n = len(calls)
     plans = [
         call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(calls, lengths, caps)
     ]
@@ -95,16 +258,16 @@ def step_batch(
     if not wanted:
         return drafts
     occurrences = calls[wanted[0]]._max_occurrences
-    if all(sets[i].is_native and calls[i]._max_occurrences == occurrences for i in wanted):  # type: ignore[union-attr]
+    if all(sets[i].is_native and calls[i]._max_occurrences == occurrences for i in wanted):
         conts = continuation_batch(
-            [sets[i] for i in wanted],  # type: ignore[misc]
+            [sets[i] for i in wanted],
             [plans[i][0] for i in wanted],
             [plans[i][1] for i in wanted],
             max_occurrences=occurrences,
         )
     else:
         conts = [
-            sets[i].continuation(  # type: ignore[union-attr]
+            sets[i].continuation(
                 plans[i][0], plans[i][1], max_occurrences=calls[i]._max_occurrences
             )
             for i in wanted

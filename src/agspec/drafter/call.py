@@ -202,8 +202,12 @@ class AgSpecCall:
         self.last_match_length = m
         return list(draft)
 
-    def _check_committed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
-        """The committed tokens as a list, checked against the draft; feeds the policy."""
+    def _check_committed(
+        self, committed_ids: Sequence[int] | np.ndarray, *, feed: bool = True
+    ) -> list[int]:
+        """The committed tokens as a list, checked against the draft; feeds the policy and
+        clears the draft (with `feed=False` nothing changes: `step_batch` feeds a whole
+        step's calls at once)."""
         if not self._begun or self._ended:
             raise self._not_live("accept()")
         committed = (
@@ -232,6 +236,8 @@ class AgSpecCall:
             last = committed[-1]
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
+        if not feed:
+            return committed
         server = self.session.server
         decision = self._decision
         if decision is not None:

@@ -24,7 +24,9 @@ __all__ = [
     "CURVES_FORMAT",
     "MATCH_BUCKETS",
     "MatchSurvival",
+    "batch_prices",
     "best_length",
+    "best_length_at_prices",
     "best_length_in_batch",
     "match_bucket",
 ]
@@ -80,6 +82,8 @@ def best_length_in_batch(
         L* = argmax over L in [0, limit] of  E(L) − ρ·Δ(L),   E(L) = Σ_{k≤L} curve[k-1].
     At B = 1 this is the Dinkelbach form of `best_length`'s ratio (the same argmax once ρ
     is the best rate); `best_length` is used there, as it needs no running state.
+    ρ·Δ(L) is the same for every request of a step: `batch_prices` computes it once and
+    `best_length_at_prices` takes the argmax (this is the two of them).
 
     >>> flat = [1.0 + 0.01 * n for n in range(17)]       # memory-bound: drafts are cheap
     >>> best_length_in_batch([0.5**k for k in range(1, 17)], flat, 16, batch_size=16,
@@ -89,15 +93,61 @@ def best_length_in_batch(
     Each token adds 0.01/16 to the cost, worth ρ·0.01/16 = 0.029 tokens: 0.5^5 = 0.031 is
     above that, 0.5^6 = 0.016 below.
     """
+    prices = batch_prices(
+        step_costs, batch_size=batch_size, mean_draft=mean_draft, mean_committed=mean_committed
+    )
+    return best_length_at_prices(curve, prices, limit)
+
+
+def batch_prices(
+    step_costs: Sequence[float],
+    *,
+    batch_size: int,
+    mean_draft: float,
+    mean_committed: float,
+    max_tokens: int | None = None,
+) -> list[float]:
+    """[ρ·Δ(0), ρ·Δ(1), ..., ρ·Δ(K)] of `best_length_in_batch`, K = len(step_costs) − 1
+    (or `max_tokens`, when smaller): what an L-token draft costs, in committed tokens, at
+    this step's batch state.
+
+    >>> [round(p, 3) for p in batch_prices([1.0, 1.5, 2.0], batch_size=2, mean_draft=0.0,
+    ...                                    mean_committed=1.0)]   # ρ = 2, Δ(L) = L / 4
+    [0.0, 0.5, 1.0]
+    """
     b = float(batch_size)
-    limit = min(limit, len(curve), len(step_costs) - 1)
     x0 = mean_draft * (b - 1.0) / b
     base = _interp(step_costs, x0)
     rho = b * mean_committed / _interp(step_costs, mean_draft)
+    top = len(step_costs) - 1 if max_tokens is None else min(max_tokens, len(step_costs) - 1)
+    prices = [0.0]
+    last = len(step_costs) - 2
+    for n in range(1, top + 1):
+        # _interp(step_costs, y), inlined: the same float operations.
+        y = x0 + n / b
+        if y <= 0:
+            cost = step_costs[0]
+        else:
+            i = int(y)
+            if i > last:
+                i = last
+            cost = step_costs[i] + (step_costs[i + 1] - step_costs[i]) * (y - i)
+        prices.append(rho * (cost - base))
+    return prices
+
+
+def best_length_at_prices(curve: Sequence[float], prices: Sequence[float], limit: int) -> int:
+    """argmax over L in [0, limit] of Σ_{k≤L} curve[k-1] − prices[L] (ties: the shorter
+    L), L ≤ len(curve) and ≤ len(prices) − 1; `batch_prices` gives the prices.
+
+    >>> best_length_at_prices([0.9, 0.5, 0.1], [0.0, 0.3, 0.6, 0.9], 3)   # 1.4 - 0.6
+    2
+    """
+    limit = min(limit, len(curve), len(prices) - 1)
     best, best_value, expected = 0, 0.0, 0.0
     for n in range(1, limit + 1):
         expected += curve[n - 1]
-        value = expected - rho * (_interp(step_costs, x0 + n / b) - base)
+        value = expected - prices[n]
         if value > best_value:
             best, best_value = n, value
     return best

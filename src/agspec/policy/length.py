@@ -39,8 +39,9 @@ from agspec.policy.caps import (
 )
 from agspec.policy.cost_length import (
     MatchSurvival,
+    batch_prices,
     best_length,
-    best_length_in_batch,
+    best_length_at_prices,
 )
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
 from agspec.policy.survival import MATCH_BUCKETS
@@ -133,6 +134,8 @@ class DraftLengthPolicy:
         # (agent, match bucket, retrieved tokens) -> (survival version, step costs and batch
         # size it was computed at, best length)
         self._cost_cache: dict[tuple[str, int, int], tuple[int, list[float], int, int]] = {}
+        # (mean draft, mean committed, batch size, step costs, their `batch_prices`)
+        self._prices_at: tuple[float, float, int, list[float], list[float]] | None = None
         self.caps = caps if caps is not None else ProfiledCap()
         self.scale = scale
         self.model = model
@@ -233,20 +236,144 @@ class DraftLengthPolicy:
             and hit[2] == self.batch_size
         ):
             return hit[3]
-        curve = survival.curve(agent, match_tokens)
+        curve = survival.curve(agent, match_tokens, retrieved_tokens)
         if self.batch_size == 1:
             best = best_length(curve, self.step_costs, retrieved_tokens)
         else:
-            best = best_length_in_batch(
-                curve,
-                self.step_costs,
-                retrieved_tokens,
-                batch_size=self.batch_size,
-                mean_draft=self.mean_draft,
-                mean_committed=self.mean_committed,
+            # `best_length_in_batch`, its prices computed once per batch state.
+            best = best_length_at_prices(
+                curve, self._batch_prices(retrieved_tokens), retrieved_tokens
             )
         self._cost_cache[key] = (survival.version, self.step_costs, self.batch_size, best)
         return best
+
+    def draft_lengths(
+        self,
+        agents: Sequence[str],
+        match_tokens: Sequence[int],
+        available_tokens: Sequence[int],
+        cap_tokens: Sequence[int | None],
+        engine_max_tokens: Sequence[int | None] | None = None,
+    ) -> list[int]:
+        """The draft lengths of one batch step's requests (the drafter's hot path, checked
+        arguments as for `length_tokens`, `engine_max_tokens` None: no engine bounds any):
+        for request i `length_tokens(...)`, then in variant "cost" `cost_length(...)` of
+        that, as `AgSpecCall` asks them one request at a time, with the same answers.
+
+        >>> pol = DraftLengthPolicy("cap+scale", caps=ProfiledCap(default_cap_tokens=6),
+        ...                         scale=OnlineScale(p_star=0.2, scales={"coder": 0.5}))
+        >>> pol.draft_lengths(["coder", "coder"], [20, 5], [9, 9], [6, 6])
+        [6, 2]
+        """
+        variant = self.variant
+        if engine_max_tokens is not None or variant not in ("cost", "cap+scale", "cap"):
+            engines = engine_max_tokens or [None] * len(agents)
+            out = [
+                self.length_tokens(agent, m, k, e, cap)
+                for agent, m, k, e, cap in zip(
+                    agents, match_tokens, available_tokens, engines, cap_tokens
+                )
+            ]
+            if variant == "cost":
+                out = [
+                    self.cost_length(agent, m, want) if want else 0
+                    for agent, m, want in zip(agents, match_tokens, out)
+                ]
+            return out
+        out = []
+        if variant == "cost":
+            bound = self.cost_bound_tokens
+            top = MATCH_BUCKETS - 1
+            # Nothing `cost_length` reads changes within one step: its answer for a key
+            # (agent, match bucket, length) holds for the whole batch.
+            seen: dict[tuple[str, int, int], int] = {}
+            cost_length = self.cost_length
+            for agent, m, k in zip(agents, match_tokens, available_tokens):
+                want = bound if bound < k else k
+                if want:
+                    bucket = m.bit_length()
+                    key = (agent, bucket if bucket < top else top, want)
+                    best = seen.get(key)
+                    if best is None:
+                        best = seen[key] = cost_length(agent, m, want)
+                    want = best
+                out.append(want)
+            return out
+        scale = self.scale if variant == "cap+scale" else None
+        scales = scale.scales if scale is not None else {}
+        init = scale.config.alpha_init if scale is not None else 1.0
+        floor = math.floor
+        for agent, m, k, cap in zip(agents, match_tokens, available_tokens, cap_tokens):
+            assert cap is not None
+            length = floor(scales.get(agent, init) * m)
+            if length < 1:
+                length = 1
+            if cap < length:
+                length = cap
+            out.append(k if k < length else length)
+        return out
+
+    def observe_batch(
+        self,
+        agents: Sequence[str],
+        decisions: Sequence[tuple[int, bool, int]],
+        accept_lengths: Sequence[int],
+    ) -> None:
+        """`observe_tokens` for many verifications, in order (one batch step of many
+        requests; decisions[i] = (draft tokens, censored by the cap, match tokens)): the
+        same state as that many `observe_tokens` calls."""
+        if not decisions:
+            return
+        variant = self.variant
+        if variant == "cost":
+            drafted, _, matches = zip(*decisions)
+            self.survival.observe_batch(agents, matches, drafted, accept_lengths)
+        elif variant == "cap+scale" and self.scale is not None:
+            drafted, censored, _ = zip(*decisions)
+            self.scale.apply_batch(agents, drafted, accept_lengths, censored)
+
+    def note_steps(self, drafted_tokens: Sequence[int], committed_tokens: Sequence[int]) -> None:
+        """`note_step` for many requests' verification steps, in order: the same running
+        means (each step's float operations as `note_step`'s)."""
+        if not drafted_tokens:
+            return
+        w = BATCH_EMA
+        mean_draft, mean_committed = self.mean_draft, self.mean_committed
+        for d, c in zip(drafted_tokens, committed_tokens):
+            mean_draft += w * (d - mean_draft)
+            mean_committed += w * (c - mean_committed)
+        self.mean_draft, self.mean_committed = mean_draft, mean_committed
+        if self._cost_cache:
+            self._cost_cache.clear()
+
+    def _batch_prices(self, max_tokens: int) -> list[float]:
+        """`batch_prices` at the current batch state, up to at least `max_tokens` or all
+        the step costs have (remembered until the state changes)."""
+        at = self._prices_at
+        if (
+            at is not None
+            and len(at[4]) > min(max_tokens, len(self.step_costs) - 1)
+            and at[0] == self.mean_draft
+            and at[1] == self.mean_committed
+            and at[2] == self.batch_size
+            and at[3] is self.step_costs
+        ):
+            return at[4]
+        prices = batch_prices(
+            self.step_costs,
+            batch_size=self.batch_size,
+            mean_draft=self.mean_draft,
+            mean_committed=self.mean_committed,
+            max_tokens=max_tokens,
+        )
+        self._prices_at = (
+            self.mean_draft,
+            self.mean_committed,
+            self.batch_size,
+            self.step_costs,
+            prices,
+        )
+        return prices
 
     def note_step(self, drafted_tokens: int, committed_tokens: int) -> None:
         """Every verification step of every request, drafted or not (variant "cost" at

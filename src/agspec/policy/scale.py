@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +110,46 @@ class OnlineScale:
         alpha = self._clip(alpha + self.config.step_size * (float(full) - self.p_star))
         self.scales[agent] = alpha
         return alpha
+
+    def apply_batch(
+        self,
+        agents: Sequence[str],
+        drafted_tokens: Sequence[int],
+        accept_lengths: Sequence[int],
+        censored_by_cap: Sequence[bool],
+    ) -> None:
+        """`apply` for many verifications, in order (one batch step of many requests): the
+        same α as that many `apply` calls.
+
+        >>> s = OnlineScale(p_star=0.25)
+        >>> s.apply_batch(["coder", "coder"], [4, 4], [1, 4], [False, False])
+        >>> round(s.alpha("coder"), 4)
+        1.025
+        """
+        scales = self.scales
+        cfg = self.config
+        init, step, p_star = cfg.alpha_init, cfg.step_size, self.p_star
+        lo, hi = cfg.alpha_min, cfg.alpha_max
+        isfinite = math.isfinite
+        # `apply`'s step η·(1[a = d] − p*), each of its two values computed as it does.
+        up, down = step * (float(True) - p_star), step * (float(False) - p_star)
+        for agent, d, a, censored in zip(agents, drafted_tokens, accept_lengths, censored_by_cap):
+            if d == 0:
+                continue
+            if a == d:
+                if censored:
+                    continue
+                alpha = scales.get(agent, init) + up
+            else:
+                alpha = scales.get(agent, init) + down
+            # `_clip` inlined: min(max(alpha, lo), hi), the same float.
+            if not isfinite(alpha):
+                alpha = init
+            elif alpha < lo:
+                alpha = lo
+            elif alpha > hi:
+                alpha = hi
+            scales[agent] = alpha
 
     def to_json(self) -> str:
         doc = {

@@ -10,6 +10,9 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Sequence
+from itertools import accumulate, islice
+from operator import mul, truediv
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +77,21 @@ class MatchSurvival:
         survived = [w * q**k for k in range(1, self.max_tokens + 1)]
         return at_risk, survived
 
-    def curve(self, agent: str, match_tokens: int) -> list[float]:
-        """[S(1), ..., S(max_tokens)] for this agent and match length (cached)."""
+    def curve(self, agent: str, match_tokens: int, head_tokens: int | None = None) -> list[float]:
+        """[S(1), ..., S(max_tokens)] for this agent and match length (cached); with
+        `head_tokens`, possibly only its first min(head_tokens, max_tokens) entries (a
+        caller that reads no further: the cost rule of a short draft)."""
         key = (agent, match_bucket(match_tokens))
+        need = self.max_tokens
+        if head_tokens is not None and head_tokens < need:
+            need = head_tokens
         cached = self._curves.get(key)
-        if cached is not None:
+        if cached is not None and len(cached) >= need:
             return cached
         at_risk, survived = self._counts.get(key) or self._prior(key[1])
-        out, s = [], 1.0
-        for n, h in zip(at_risk, survived):
-            s *= h / n
-            out.append(s)
+        # The running product of h / n, left to right: S(k) = Π_{j≤k} survived / at risk
+        # (a head is the same floats as the whole curve's first entries).
+        out = list(islice(accumulate(map(truediv, survived, at_risk), mul), max(need, 0)))
         self._curves[key] = out
         return out
 
@@ -107,6 +114,49 @@ class MatchSurvival:
             survived[i] += 1.0
         self._curves.pop(key, None)
         self.version += 1
+
+    def observe_batch(
+        self,
+        agents: Sequence[str],
+        match_tokens: Sequence[int],
+        drafted_tokens: Sequence[int],
+        accepted_tokens: Sequence[int],
+    ) -> None:
+        """`observe` for many verifications, in order (one batch step of many requests):
+        the same counts, curves and version as that many `observe` calls.
+
+        >>> s, t = MatchSurvival(max_tokens=4), MatchSurvival(max_tokens=4)
+        >>> s.observe_batch(["coder", "coder"], [3, 20], [4, 2], [1, 2])
+        >>> t.observe("coder", 3, drafted_tokens=4, accepted_tokens=1)
+        >>> t.observe("coder", 20, drafted_tokens=2, accepted_tokens=2)
+        >>> s.curve("coder", 3) == t.curve("coder", 3) and s.version == t.version == 2
+        True
+        """
+        top = MATCH_BUCKETS - 1
+        max_tokens = self.max_tokens
+        all_counts, curves = self._counts, self._curves
+        changed = 0
+        for agent, m, dr, ac in zip(agents, match_tokens, drafted_tokens, accepted_tokens):
+            d = dr if dr < max_tokens else max_tokens
+            a = ac if ac < d else d
+            if d <= 0 or a < 0:
+                continue
+            bucket = m.bit_length()
+            key = (agent, bucket if bucket < top else top)
+            counts = all_counts.get(key)
+            if counts is None:
+                counts = all_counts[key] = self._prior(key[1])
+            at_risk, survived = counts
+            # One += 1.0 per position, as `observe` does (the same floats): positions
+            # 1..a survived, and a + 1 was at risk too when the draft reached it.
+            for i in range(a):
+                at_risk[i] += 1.0
+                survived[i] += 1.0
+            if a < d:
+                at_risk[a] += 1.0
+            curves.pop(key, None)
+            changed += 1
+        self.version += changed
 
     def to_json(self) -> str:
         rows = [
