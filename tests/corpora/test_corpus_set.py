@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from chartok import CharTokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,13 +112,6 @@ def test_bad_entries_are_clear_errors():
         cs.advance([1, -5])
     with pytest.raises(ValueError, match="out of range"):
         cs.continuation(3, 4)
-
-
-class CharTokenizer:
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
 
 
 @pytest.mark.parametrize("variant", ["agspec-paper", "agspec", "agspec-paper-request-only"])

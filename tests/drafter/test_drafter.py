@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from chartok import CharTokenizer, toks
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecConfig, AgSpecServer, choose_source
 from agspec.policy.caps import ProfiledCap
-
-
-class CharTokenizer:
-    """One token per character (ord), so token lists are readable in tests."""
-
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-
-def toks(s: str) -> list[int]:
-    return [ord(c) for c in s]
 
 
 @pytest.mark.parametrize(

@@ -8,21 +8,9 @@ import math
 
 import numpy as np
 import pytest
+from chartok import CharTokenizer, toks
 
 from agspec.drafter import AgSpecConfig, AgSpecServer
-
-
-class CharTokenizer:
-    """One token per character (ord); token 0 starts a message."""
-
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-
-def toks(s: str) -> list[int]:
-    return [ord(c) for c in s]
 
 
 def _server(**config: object) -> AgSpecServer:

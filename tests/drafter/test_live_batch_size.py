@@ -7,16 +7,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from chartok import CharTokenizer
 
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
 from agspec.policy.costmodel import get_cost_model
-
-
-class CharTokenizer:
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
 
 
 def replay(server: AgSpecServer, batch_size: int | None, seed: int) -> list[list[int]]:

@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from chartok import CharTokenizer
 
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
 from agspec.drafter.call import AgSpecCall
@@ -16,13 +17,6 @@ from agspec.drafter.protocol import greedy_commit
 from agspec.policy.costmodel import get_cost_model
 
 COST_MODEL = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
-
-
-class CharTokenizer:
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
 
 
 def make_server(variant: str, batch_size: int, **overrides: object) -> AgSpecServer:

@@ -12,23 +12,12 @@ pytest.importorskip(
     reason="arctic-inference 0.3.0 is not installed (pip install 'agspec[suffix]')",
 )
 
+from chartok import CharTokenizer, toks
+
 from agspec.corpora import GlobalCorpus  # noqa: E402
 from agspec.drafter import AgSpecConfig, AgSpecServer  # noqa: E402
 from agspec.index.suffix_tree import SuffixTreeIndex  # noqa: E402
 from agspec.index.token_index import TokenIndex  # noqa: E402
-
-
-class CharTokenizer:
-    """One token per character (ord), so token lists are readable in tests."""
-
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-
-def toks(s: str) -> list[int]:
-    return [ord(c) for c in s]
 
 
 def occurrences(docs: list[list[int]], s: list[int]) -> list[tuple[int, int]]:

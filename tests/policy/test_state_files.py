@@ -12,19 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from chartok import CharTokenizer
 
 from agspec import _files
 from agspec.drafter import AgSpecConfig, AgSpecServer
 from agspec.policy.caps import CapsFileError, ProfiledCap
 from agspec.policy.scale import SCALES_FORMAT, OnlineScale
 from agspec.policy.survival import CURVES_FORMAT, MatchSurvival
-
-
-class CharTokenizer:
-    im_start_id = 0
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
 
 
 def _scales(value: str) -> str:
