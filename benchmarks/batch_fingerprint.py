@@ -16,8 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-from devtraces import DIRS, dev_sessions
+from devtraces import DIRS, begin_call, dev_sessions, global_docs
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
@@ -45,12 +44,7 @@ def fingerprint(server: AgSpecServer, sessions, tok, batch: int, max_draft: int)
 
     def start(sess_obj, calls):
         c, prompt, out = calls[0]
-        sess = server.session(sess_obj.session_id, emission_format=c.emission_format)
-        for a in c.artifacts:
-            if a.text:
-                sess.open_artifact(a.path, a.text)
-        d = sess.call(c.agent, c.role, c.turn)
-        d.begin(prompt)
+        d = begin_call(server, sess_obj.session_id, c, prompt)
         return [d, out, 0, None, sess_obj, calls[1:]]
 
     while queue and len(slots) < batch:
@@ -94,12 +88,9 @@ def main() -> None:
     tok = get_tokenizer("qwen2.5")
     cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
     sessions = dev_sessions(args.source)
-    docs = []
-    for s in sessions[args.sessions : args.sessions + args.global_sessions]:
-        for c in s.calls:
-            p, o = render_call(c, tok)
-            docs.append(np.asarray(p + o, dtype=np.int32))
-    g = GlobalCorpus.build(docs)
+    g = GlobalCorpus.build(
+        global_docs(sessions[args.sessions : args.sessions + args.global_sessions], tok)
+    )
     result = {}
     for v in args.variants:
         for b in args.batch_sizes:

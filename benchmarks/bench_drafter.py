@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from devtraces import DIRS, dev_sessions
+from devtraces import DIRS, dev_sessions, global_docs
 
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
@@ -90,19 +90,7 @@ def main() -> None:
     sessions = dev_sessions(fmt)
     replayed, rest = sessions[: args.sessions], sessions[args.sessions :]
     # Global corpus: the other sessions' calls (prompt + output), repeated to the size asked.
-    docs: list[np.ndarray] = []
-    n = 0
-    while n < args.global_tokens and rest:
-        for s in rest:
-            for c in s.calls:
-                p, o = render_call(c, tok)
-                arr = np.asarray(p + o, dtype=np.int32)
-                docs.append(arr)
-                n += arr.size
-                if n >= args.global_tokens:
-                    break
-            if n >= args.global_tokens:
-                break
+    docs = global_docs(rest, tok, max_tokens=args.global_tokens)
     t0 = time.perf_counter()
     g = GlobalCorpus.build(docs)
     build_s = time.perf_counter() - t0

@@ -17,8 +17,7 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-from devtraces import DIRS, dev_sessions
+from devtraces import DIRS, begin_call, dev_sessions, global_docs
 
 from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
@@ -55,13 +54,7 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
 
     def start_call(slot_calls, sid):
         c, prompt, out = slot_calls[0]
-        sess = server.session(sid, emission_format=c.emission_format)
-        for a in c.artifacts:
-            if a.text:
-                sess.open_artifact(a.path, a.text)
-        d = sess.call(c.agent, c.role, c.turn)
-        d.begin(prompt)
-        return [d, out, 0, None, sid, slot_calls[1:]]
+        return [begin_call(server, sid, c, prompt), out, 0, None, sid, slot_calls[1:]]
 
     while queue and len(slots) < batch:
         sid, calls = queue.pop()
@@ -118,17 +111,7 @@ def main() -> None:
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     sessions, rest = load_sessions(args.source, tok, args.sessions)
-    docs, n = [], 0
-    while n < args.global_tokens and rest:
-        for s in rest:
-            for c in s.calls:
-                p, o = render_call(c, tok)
-                docs.append(np.asarray(p + o, dtype=np.int32))
-                n += docs[-1].size
-                if n >= args.global_tokens:
-                    break
-            if n >= args.global_tokens:
-                break
+    docs = global_docs(rest, tok, max_tokens=args.global_tokens)
     g = GlobalCorpus.build(docs)
     cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
     has_batch = hasattr(drafter_mod, "step_batch")

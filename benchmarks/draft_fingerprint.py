@@ -13,8 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-from devtraces import DIRS, dev_sessions
+from devtraces import DIRS, dev_sessions, global_docs
 
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
@@ -70,12 +69,9 @@ def main() -> None:
     result = {}
     for source in DIRS:
         sessions = dev_sessions(source)
-        docs = []
-        for s in sessions[args.sessions : args.sessions + args.global_sessions]:
-            for c in s.calls:
-                p, o = render_call(c, tok)
-                docs.append(np.asarray(p + o, dtype=np.int32))
-        g = GlobalCorpus.build(docs)
+        g = GlobalCorpus.build(
+            global_docs(sessions[args.sessions : args.sessions + args.global_sessions], tok)
+        )
         for v in args.variants:
             server = AgSpecServer(tokenizer=tok, global_corpus=g, config=VARIANTS[v], cost_model=cm)
             steps, digest = fingerprint(server, sessions[: args.sessions], tok)
