@@ -78,39 +78,10 @@ void CursorSet::match_lengths(int32_t* out) {
   for (size_t i = 0; i < cursors_.size(); ++i) out[i] = cursors_[i].match_length_held(*indexes_[i]);
 }
 
-void CursorSet::prefetch_members() const {
-  const char* at = reinterpret_cast<const char*>(cursors_.data());
-  const char* end = reinterpret_cast<const char*>(cursors_.data() + cursors_.size());
-  for (; at < end; at += 64) __builtin_prefetch(at);
-  __builtin_prefetch(indexes_.data());
-  __builtin_prefetch(appends_.data());
-}
-
-void CursorSet::prefetch_targets() const {
-  for (size_t i = 0; i < cursors_.size(); ++i) {
-    cursors_[i].prefetch_tail();
-    indexes_[i]->prefetch_self();
-  }
-  for (const auto& a : appends_) a.index->prefetch_self();
-}
-
-namespace {
-// advance_batch asks for set i + 2's arrays and set i + 1's cursors and indexes while
-// it moves set i: each stage reads only lines the previous one fetched, so no hint
-// waits on a miss of its own.
-constexpr size_t kMembersAhead = 2;
-constexpr size_t kTargetsAhead = 1;
-}  // namespace
-
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n) {
-  for (size_t i = 0; i < n; ++i) __builtin_prefetch(sets[i]);
-  for (size_t i = 0; i < n && i < kMembersAhead; ++i) sets[i]->prefetch_members();
-  if (n > 0) sets[0]->prefetch_targets();
   std::exception_ptr first_error;
   for (size_t i = 0; i < n; ++i) {
-    if (i + kMembersAhead < n) sets[i + kMembersAhead]->prefetch_members();
-    if (i + kTargetsAhead < n) sets[i + kTargetsAhead]->prefetch_targets();
     try {
       sets[i]->advance(tokens[i], lengths[i]);
     } catch (...) {
@@ -121,12 +92,7 @@ void advance_batch(CursorSet* const* sets, const Token* const* tokens, const siz
 }
 
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
-  for (size_t i = 0; i < n; ++i) __builtin_prefetch(sets[i]);
-  for (size_t i = 0; i < n && i < kMembersAhead; ++i) sets[i]->prefetch_members();
-  if (n > 0) sets[0]->prefetch_targets();
   for (size_t i = 0; i < n; ++i) {
-    if (i + kMembersAhead < n) sets[i + kMembersAhead]->prefetch_members();
-    if (i + kTargetsAhead < n) sets[i + kTargetsAhead]->prefetch_targets();
     sets[i]->match_lengths(out);
     out += sets[i]->size();
   }

@@ -39,11 +39,6 @@ class CursorSet {
   std::vector<Token> continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                   size_t max_occurrences);
   size_t size() const { return cursors_.size(); }
-  // Cache hints for advance() (no effect on results), in the order a batch issues them,
-  // each reading only what the one before fetched: the members' arrays, then the
-  // cursors' and indexes' own memory.
-  void prefetch_members() const;
-  void prefetch_targets() const;
 
  private:
   std::vector<MatchCursor> cursors_;
@@ -60,11 +55,9 @@ class CursorSet {
   std::vector<Append> appends_;
 };
 
-// advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them): one after the
-// other, with the next sets' first reads asked for ahead, so their cache misses overlap
-// (a batch of requests whose corpora do not all fit in the cache). Equal to calling
-// advance on each in order; a set that raises does not stop the others (the first error
-// is raised once all have moved).
+// advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them), in order; a
+// set that raises does not stop the others (the first error is raised once all have
+// moved). Asking for the next sets' memory ahead was tried and measured slower.
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n);
 // match_lengths() of many sets into out, set after set.

@@ -172,7 +172,6 @@ int32_t EdgeTable::get(int32_t state, Token token) const {
   size_t i = mix64(k) & mask_;
   // Keys and targets are two arrays: ask for the home slot's target while the key is
   // read, so the two cache misses of a lookup in a large table overlap.
-  __builtin_prefetch(vals_.data() + i);
   while (true) {
     const uint64_t cur = keys_[i];
     if (cur == k) return vals_[i];
@@ -545,17 +544,6 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     heap.pop_back();
     ++pops;
     auto push = [&heap, this](uint32_t key, int32_t node) {
-      if (node >= 0) {
-        // Popping `node` will read its child's, its sibling's and its own positions'
-        // entries: ask for them now, so the merge's cache misses overlap instead of
-        // coming one after the other (a large index: the global corpus).
-        const State& s = st_[node];
-        if (s.first_child != -1) __builtin_prefetch(&st_[s.first_child]);
-        if (s.next_sib != -1) __builtin_prefetch(&st_[s.next_sib]);
-        if (s.own_head != -1) __builtin_prefetch(&own_next_[s.own_head]);
-      } else {
-        __builtin_prefetch(&own_next_[key]);
-      }
       heap.push_back({key, node});
       std::push_heap(heap.begin(), heap.end());
     };
@@ -727,8 +715,7 @@ void MatchCursor::extend(const Token* tokens, size_t n) {
 }
 
 void MatchCursor::extend_held(const TokenIndex& idx, const Token* tokens, size_t n) {
-  if (idx.closed()) throw StateError("the index this cursor matches against was closed");
-  TokenIndex::Reading reading(idx, std::nothrow);
+  TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
   if (!reading.held()) {
     // Busy: keep the tokens; the match is found again from the window once readable.
     for (size_t i = 0; i < n; ++i) push_tail(tokens[i]);
@@ -773,18 +760,16 @@ int32_t MatchCursor::match_length() {
 }
 
 int32_t MatchCursor::match_length_held(const TokenIndex& idx) {
-  if (idx.closed()) throw StateError("the index this cursor matches against was closed");
-  TokenIndex::Reading reading(idx, std::nothrow);
-  if (!reading.held()) return 0;  // busy: no match from this index this step
+  TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
+  if (!reading.held()) return 0;                   // busy: no match from this index this step
   catch_up(idx);
   return len_;
 }
 
 std::vector<Token> MatchCursor::continuation_held(const TokenIndex& idx, size_t max_tokens,
                                                   ContinuationRule rule, size_t max_occurrences) {
-  if (idx.closed()) throw StateError("the index this cursor matches against was closed");
-  TokenIndex::Reading reading(idx, std::nothrow);
-  if (!reading.held()) return {};  // busy: no draft from this index this step
+  TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
+  if (!reading.held()) return {};                  // busy: no draft from this index this step
   catch_up(idx);
   return continue_from(idx, max_tokens, rule, max_occurrences);
 }

@@ -134,13 +134,6 @@ class TokenIndex {
   // Checks every invariant load checks, on this index (O(size)); raises FormatError.
   void verify() const;
 
-  // A cache hint (no effect on results): the object's own lines, which every query reads
-  // (its guard, its arrays' bounds), for a caller about to query many indexes in turn.
-  void prefetch_self() const {
-    const char* p = reinterpret_cast<const char*>(this);
-    for (size_t at = 0; at < sizeof(TokenIndex); at += 64) __builtin_prefetch(p + at);
-  }
-
   // Marks the index closed: from now on every call (and every cursor's) raises
   // StateError. Calls already running finish; the memory goes with the last shared_ptr.
   void close() { closed_.store(true); }
@@ -317,8 +310,6 @@ class MatchCursor {
   int32_t match_length_held(const TokenIndex& idx);
   std::vector<Token> continuation_held(const TokenIndex& idx, size_t max_tokens,
                                        ContinuationRule rule, size_t max_occurrences);
-  // A cache hint for the next extend_held (no effect on results): the tail's end.
-  void prefetch_tail() const { __builtin_prefetch(tail_.data() + tail_.size(), 1); }
   std::vector<Occurrence> occurrences(size_t max_count);
   // Tokens after the chosen occurrence of the current match (see ContinuationRule).
   std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);
