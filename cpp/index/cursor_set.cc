@@ -17,7 +17,7 @@ size_t CursorSet::add_cursor(std::shared_ptr<TokenIndex> index, int32_t max_matc
 void CursorSet::add_append(std::shared_ptr<TokenIndex> index, int64_t doc_id) {
   if (!index) throw ArgumentError("add_append: no index");
   if (doc_id < 0) throw ArgumentError("add_append: doc_id must be >= 0");
-  appends_.push_back(Append{std::move(index), doc_id, {}});
+  appends_.push_back(Append{std::move(index), doc_id, {}, TokenIndex::kNoSlot});
 }
 
 void CursorSet::remove_append(const TokenIndex* index) {
@@ -37,7 +37,7 @@ bool CursorSet::append(Append& a, const Token* tokens, size_t n) {
   }
   if (n == 0) return true;
   try {
-    a.index->extend(a.doc_id, tokens, n);
+    a.index->extend(a.doc_id, tokens, n, &a.slot);
   } catch (const StateError&) {
     if (a.index->closed()) return false;
     // Busy: nothing was appended; keep the tokens (in order) for the next try.

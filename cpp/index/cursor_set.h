@@ -49,7 +49,8 @@ class CursorSet {
   struct Append {
     std::shared_ptr<TokenIndex> index;
     int64_t doc_id;
-    std::vector<Token> pending;  // committed tokens not appended yet (the index was busy)
+    std::vector<Token> pending;           // committed tokens not appended yet (the index was busy)
+    uint32_t slot = TokenIndex::kNoSlot;  // where the document lives in the index
   };
   bool append(Append& a, const Token* tokens, size_t n);  // false: the index was closed
   std::vector<Append> appends_;

@@ -86,6 +86,12 @@ void TokenIndex::exit_read() const { access_.fetch_sub(1, std::memory_order_rele
 
 void TokenIndex::enter_write() {
   if (closed_.load(std::memory_order_acquire)) throw StateError("the index was closed");
+  uint32_t idle = 0;  // the usual case: nobody inside, so no clock is read
+  if (access_.compare_exchange_strong(idle, kWriting, std::memory_order_acquire)) {
+    if (!closed_.load(std::memory_order_acquire)) return;
+    access_.fetch_sub(kWriting, std::memory_order_release);
+    throw StateError("the index was closed");
+  }
   // Claim the writer's bit (at most one writer), then let the readers inside finish:
   // new readers see the bit and stay out.
   Patience patience;
@@ -365,20 +371,26 @@ void TokenIndex::insert_position(uint32_t doc, uint32_t offset) {
   }
 }
 
-TokenIndex::Doc& TokenIndex::doc_for_write(int64_t doc_id) {
+uint32_t TokenIndex::doc_for_write(int64_t doc_id, uint32_t hint) {
   if (doc_id < 0) throw ArgumentError("doc_id must be >= 0, got " + std::to_string(doc_id));
-  auto it = doc_slot_.find(doc_id);
-  if (it == doc_slot_.end()) {
-    doc_slot_.emplace(doc_id, static_cast<uint32_t>(docs_.size()));
-    docs_.push_back(Doc{doc_id, {}, 0, false});
-    ++num_live_docs_;
-    return docs_.back();
+  uint32_t slot = hint;
+  // A document keeps its slot for good (ids are never reused), so a slot holding the id
+  // is the document's.
+  if (slot >= docs_.size() || docs_[slot].id != doc_id) {
+    auto it = doc_slot_.find(doc_id);
+    if (it == doc_slot_.end()) {
+      slot = static_cast<uint32_t>(docs_.size());
+      doc_slot_.emplace(doc_id, slot);
+      docs_.push_back(Doc{doc_id, {}, 0, false});
+      ++num_live_docs_;
+      return slot;
+    }
+    slot = it->second;
   }
-  Doc& d = docs_[it->second];
-  if (d.removed) {
+  if (docs_[slot].removed) {
     throw DocumentError("document " + std::to_string(doc_id) + " was removed; ids are not reused");
   }
-  return d;
+  return slot;
 }
 
 namespace {
@@ -386,14 +398,15 @@ constexpr const char* kReadOnly =
     "the index is read-only (loaded from a file, or a built global corpus)";
 }  // namespace
 
-void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n) {
+void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n, uint32_t* slot_hint) {
   if (frozen()) throw ArgumentError(kReadOnly);
   check_tokens(tokens, n);
   Writing guard(*this);
   // Again inside: a freeze() may have run between the first look and the guard.
   if (frozen()) throw ArgumentError(kReadOnly);
-  Doc& d = doc_for_write(doc_id);
-  const auto slot = doc_slot_[doc_id];
+  const uint32_t slot = doc_for_write(doc_id, slot_hint ? *slot_hint : kNoSlot);
+  if (slot_hint) *slot_hint = slot;
+  Doc& d = docs_[slot];
   if (n >= 4096) {
     // A bulk append: make room once (at most two states and one position per token).
     auto grow = [](auto& v, size_t need) {
@@ -636,9 +649,9 @@ void MatchCursor::push_tail(Token c) {
 }
 
 void MatchCursor::step(const TokenIndex& idx, Token c) {
-  while (state_ != 0 && len_ <= idx.state_len(idx.state_link(state_))) {
-    state_ = idx.state_link(state_);  // a split moved our string to a new state
-  }
+  // state_ holds the match: sync() moved it if a split gave the string to a new state,
+  // and a transition or a suffix link keeps it (the strings of a state all extend into
+  // one state), so no step looks at the link's length first.
   while (true) {
     const int32_t t = idx.transition(state_, c);
     if (t != -1) {

@@ -103,7 +103,11 @@ class TokenIndex {
   TokenIndex();
 
   // Appends tokens to document doc_id (created on first use). Token ids must be >= 0.
-  void extend(int64_t doc_id, const Token* tokens, size_t n);
+  // slot_hint (a caller that appends to one document again and again: a cursor set)
+  // remembers where the document lives, so that later calls skip the id lookup; start
+  // it at kNoSlot. A stale or foreign hint is only slower, never wrong.
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  void extend(int64_t doc_id, const Token* tokens, size_t n, uint32_t* slot_hint = nullptr);
   // Drops a document. Rebuilds the automaton from the remaining documents, in their
   // original insertion order (O(total tokens)); live cursors re-synchronize.
   void remove(int64_t doc_id);
@@ -216,7 +220,8 @@ class TokenIndex {
   void set_edge(int32_t s, Token t, int32_t target);
   void insert_position(uint32_t doc, uint32_t offset);
   void reset_automaton();
-  Doc& doc_for_write(int64_t doc_id);
+  // The slot of document doc_id, created when new (hint: where it was last time).
+  uint32_t doc_for_write(int64_t doc_id, uint32_t hint);
   const Doc* live_doc(int64_t doc_id) const;
   void check_structure(const std::string& what) const;
 
