@@ -12,6 +12,7 @@
 #include "cursor_set.h"
 #include "messages.h"
 #include "token_index.h"
+#include "workers.h"
 
 namespace nb = nanobind;
 using agspec::CursorSet;
@@ -293,15 +294,26 @@ NB_MODULE(_native, m) {
             rules.size() != sets.size()) {
           throw agspec::ArgumentError("continuation_batch: one slot, length and rule per set");
         }
-        std::vector<std::vector<Token>> out(sets.size());
         for (size_t i = 0; i < sets.size(); ++i) {
-          if (slots[i] < 0 || max_tokens[i] <= 0) continue;  // no draft for this request
-          if (sets[i] == nullptr) throw agspec::ArgumentError("continuation_batch: a set is None");
-          out[i] = sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
-                                         max_occurrences);
+          if (sets[i] == nullptr && slots[i] >= 0 && max_tokens[i] > 0) {
+            throw agspec::ArgumentError("continuation_batch: a set is None");
+          }
         }
+        std::vector<std::vector<Token>> out(sets.size());
+        agspec::continuation_batch(sets.data(), slots.data(), max_tokens.data(), rules.data(),
+                                   max_occurrences, sets.size(), out.data());
         return out;
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"));
+  // How many threads a large batched call uses (cpp/index/workers.h).
+  m.def("batch_threads", &agspec::batch_threads);
+  m.def(
+      "set_batch_threads",
+      [](int64_t n) {
+        if (n < 0 || n > 64)
+          throw agspec::ArgumentError("batch threads must be 0 to 64 (0: default)");
+        agspec::set_batch_threads(size_t(n));
+      },
+      nb::arg("threads"));
 }

@@ -1,7 +1,13 @@
 #include "cursor_set.h"
 
+#include <algorithm>
 #include <exception>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "workers.h"
 
 namespace agspec {
 
@@ -56,46 +62,231 @@ void CursorSet::flush() {
   appends_ = std::move(kept);
 }
 
-void CursorSet::advance(const Token* tokens, size_t n) {
-  if (n == 0) return;
-  // Checked before anything moves: a bad id leaves every cursor and document as it was.
+void CursorSet::check_ids(const Token* tokens, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (tokens[i] < 0) throw ArgumentError("advance: token ids must be >= 0");
   }
-  for (size_t i = 0; i < cursors_.size(); ++i) cursors_[i].extend_held(*indexes_[i], tokens, n);
-  bool dropped = false;
-  for (auto& a : appends_) dropped |= !append(a, tokens, n);
-  if (dropped) {
-    std::vector<Append> kept;
-    for (auto& a : appends_) {
-      if (!a.index->closed()) kept.push_back(std::move(a));
-    }
-    appends_ = std::move(kept);
+}
+
+BatchReads::BatchReads(CursorSet* const* sets, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& idx : sets[i]->indexes_) entries_.push_back(Entry{idx.get(), Access::kHeld});
   }
+  std::sort(entries_.begin(), entries_.end(),
+            [](const Entry& a, const Entry& b) { return a.index < b.index; });
+  entries_.erase(std::unique(entries_.begin(), entries_.end(),
+                             [](const Entry& a, const Entry& b) { return a.index == b.index; }),
+                 entries_.end());
+  for (auto& e : entries_) {
+    try {
+      auto guard = std::make_unique<TokenIndex::Reading>(*e.index, std::nothrow);
+      if (!guard->held()) e.access = Access::kBusy;
+      guards_.push_back(std::move(guard));
+    } catch (const StateError&) {
+      e.access = Access::kClosed;
+    }
+  }
+}
+
+bool BatchReads::readable(const TokenIndex* idx) const {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), idx,
+                                   [](const Entry& e, const TokenIndex* p) { return e.index < p; });
+  if (it == entries_.end() || it->index != idx) {
+    throw std::logic_error("BatchReads: an index of no set in the batch");
+  }
+  if (it->access == Access::kClosed) throw StateError("the index was closed");
+  return it->access == Access::kHeld;
+}
+
+void CursorSet::advance_cursors(const Token* tokens, size_t n, const BatchReads* reads) {
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    const TokenIndex& idx = *indexes_[i];
+    if (reads) {
+      cursors_[i].extend_read(idx, reads->readable(&idx), tokens, n);
+    } else {
+      cursors_[i].extend_held(idx, tokens, n);
+    }
+  }
+}
+
+void CursorSet::match_lengths_in(int32_t* out, const BatchReads& reads) {
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    const TokenIndex& idx = *indexes_[i];
+    out[i] = cursors_[i].match_length_read(idx, reads.readable(&idx));
+  }
+}
+
+void CursorSet::append_at(size_t k, const Token* tokens, size_t n) {
+  Append& a = appends_[k];
+  if (!append(a, tokens, n)) a.closed = true;
+}
+
+void CursorSet::drop_closed_appends() {
+  bool any = false;
+  for (const auto& a : appends_) any |= a.closed;
+  if (!any) return;
+  std::vector<Append> kept;
+  for (auto& a : appends_) {
+    if (!a.closed) kept.push_back(std::move(a));
+  }
+  appends_ = std::move(kept);
+}
+
+void CursorSet::advance(const Token* tokens, size_t n) {
+  if (n == 0) return;
+  // Checked before anything moves: a bad id leaves every cursor and document as it was.
+  check_ids(tokens, n);
+  advance_cursors(tokens, n);
+  for (size_t k = 0; k < appends_.size(); ++k) append_at(k, tokens, n);
+  drop_closed_appends();
 }
 
 void CursorSet::match_lengths(int32_t* out) {
   for (size_t i = 0; i < cursors_.size(); ++i) out[i] = cursors_[i].match_length_held(*indexes_[i]);
 }
 
+namespace {
+
+// Below this many sets a batched call runs on the caller alone: handing tasks to the
+// helpers costs more than it saves.
+constexpr size_t kParallelMinSets = 16;
+constexpr size_t kSetsPerTask = 4;
+
+bool parallel(CursorSet* const* sets, size_t n) {
+  if (n < kParallelMinSets || batch_threads() < 2) return false;
+  // A set listed twice is moved twice, in order: only one thread may hold it.
+  std::vector<CursorSet*> sorted(sets, sets + n);
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
+// fn(i) for every set, a few sets per task; errors[i] keeps what fn(i) raised.
+template <class Fn>
+void each_set(size_t n, std::vector<std::exception_ptr>& errors, Fn fn) {
+  run_tasks((n + kSetsPerTask - 1) / kSetsPerTask, [&](size_t t) {
+    for (size_t i = t * kSetsPerTask; i < std::min(n, (t + 1) * kSetsPerTask); ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  });
+}
+
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace
+
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n) {
-  std::exception_ptr first_error;
+  if (!parallel(sets, n)) {
+    std::exception_ptr first_error;
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        sets[i]->advance(tokens[i], lengths[i]);
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<char> moved(n, 0);  // the set's cursors moved: its appends follow
+  {
+    const BatchReads reads(sets, n);  // dropped before the appends, which write
+    each_set(n, errors, [&](size_t i) {
+      if (lengths[i] == 0) return;
+      CursorSet::check_ids(tokens[i], lengths[i]);
+      sets[i]->advance_cursors(tokens[i], lengths[i], &reads);
+      moved[i] = 1;
+    });
+  }
+  // The appends, grouped by index: (index, set, append), in set order within an index.
+  struct Job {
+    const TokenIndex* index;
+    uint32_t set, append;
+  };
+  std::vector<Job> jobs;
   for (size_t i = 0; i < n; ++i) {
-    try {
-      sets[i]->advance(tokens[i], lengths[i]);
-    } catch (...) {
-      if (!first_error) first_error = std::current_exception();
+    if (!moved[i]) continue;
+    const auto& appends = sets[i]->appends_;
+    for (size_t k = 0; k < appends.size(); ++k) {
+      jobs.push_back(Job{appends[k].index.get(), uint32_t(i), uint32_t(k)});
     }
   }
-  if (first_error) std::rethrow_exception(first_error);
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const Job& a, const Job& b) { return a.index < b.index; });
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in jobs
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (j == 0 || jobs[j].index != jobs[j - 1].index) groups.emplace_back(j, j);
+    groups.back().second = j + 1;
+  }
+  // Longest first, so that the last task to start is a short one.
+  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    return a.second - a.first > b.second - b.first;
+  });
+  std::vector<std::exception_ptr> append_errors(jobs.size());
+  run_tasks(groups.size(), [&](size_t g) {
+    for (size_t j = groups[g].first; j < groups[g].second; ++j) {
+      const Job& job = jobs[j];
+      try {
+        sets[job.set]->append_at(job.append, tokens[job.set], lengths[job.set]);
+      } catch (...) {
+        append_errors[j] = std::current_exception();
+      }
+    }
+  });
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (append_errors[j] && !errors[jobs[j].set]) errors[jobs[j].set] = append_errors[j];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (moved[i]) sets[i]->drop_closed_appends();
+  }
+  rethrow_first(errors);
 }
 
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
-  for (size_t i = 0; i < n; ++i) {
-    sets[i]->match_lengths(out);
-    out += sets[i]->size();
+  if (!parallel(sets, n)) {
+    for (size_t i = 0; i < n; ++i) {
+      sets[i]->match_lengths(out);
+      out += sets[i]->size();
+    }
+    return;
   }
+  std::vector<size_t> offsets(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + sets[i]->size();
+  std::vector<std::exception_ptr> errors(n);
+  const BatchReads reads(sets, n);
+  each_set(n, errors, [&](size_t i) { sets[i]->match_lengths_in(out + offsets[i], reads); });
+  rethrow_first(errors);
+}
+
+void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,
+                        const ContinuationRule* rules, size_t max_occurrences, size_t n,
+                        std::vector<Token>* out) {
+  auto one = [&](size_t i) {
+    if (slots[i] < 0 || max_tokens[i] <= 0) return;  // no draft for this request
+    out[i] =
+        sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i], max_occurrences);
+  };
+  if (!parallel(sets, n)) {
+    for (size_t i = 0; i < n; ++i) one(i);
+    return;
+  }
+  const BatchReads reads(sets, n);
+  std::vector<std::exception_ptr> errors(n);
+  each_set(n, errors, [&](size_t i) {
+    if (slots[i] < 0 || max_tokens[i] <= 0) return;
+    out[i] = sets[i]->continuation_in(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
+                                      max_occurrences, reads);
+  });
+  rethrow_first(errors);
 }
 
 std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
@@ -105,6 +296,14 @@ std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, Conti
                         std::to_string(cursors_.size()) + " cursors)");
   }
   return cursors_[slot].continuation_held(*indexes_[slot], max_tokens, rule, max_occurrences);
+}
+
+std::vector<Token> CursorSet::continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
+                                              size_t max_occurrences, const BatchReads& reads) {
+  if (slot >= cursors_.size()) return continuation(slot, max_tokens, rule, max_occurrences);
+  const TokenIndex& idx = *indexes_[slot];
+  return cursors_[slot].continuation_read(idx, reads.readable(&idx), max_tokens, rule,
+                                          max_occurrences);
 }
 
 }  // namespace agspec

@@ -15,6 +15,28 @@
 
 namespace agspec {
 
+class CursorSet;
+
+// The read guards of one batched call: one per index for all its sets' cursors, instead
+// of one per cursor (on several threads those counters would bounce between cores).
+// Taken and dropped by the calling thread; helpers read under them.
+class BatchReads {
+ public:
+  BatchReads(CursorSet* const* sets, size_t n);
+  // Whether cursors may read idx now (false: another thread's writer stayed inside past
+  // the patience); raises StateError when idx was closed.
+  bool readable(const TokenIndex* idx) const;
+
+ private:
+  enum class Access : uint8_t { kHeld, kBusy, kClosed };
+  struct Entry {
+    const TokenIndex* index;
+    Access access;
+  };
+  std::vector<Entry> entries_;  // sorted by index
+  std::vector<std::unique_ptr<TokenIndex::Reading>> guards_;
+};
+
 class CursorSet {
  public:
   // A cursor over `index`, fed `tail` (the request's last tokens); returns its slot.
@@ -41,6 +63,21 @@ class CursorSet {
   size_t size() const { return cursors_.size(); }
 
  private:
+  friend class BatchReads;
+  friend void advance_batch(CursorSet* const*, const Token* const*, const size_t*, size_t);
+  friend void match_lengths_batch(CursorSet* const*, size_t, int32_t*);
+  friend void continuation_batch(CursorSet* const*, const int64_t*, const int64_t*,
+                                 const ContinuationRule*, size_t, size_t, std::vector<Token>*);
+  // advance() in its parts, for advance_batch's phases: the ids checked (ArgumentError),
+  // every cursor fed, then each append target extended (closed ones marked, then dropped).
+  // With `reads`, the cursors read under the batch's guards instead of their own.
+  static void check_ids(const Token* tokens, size_t n);
+  void advance_cursors(const Token* tokens, size_t n, const BatchReads* reads = nullptr);
+  void match_lengths_in(int32_t* out, const BatchReads& reads);
+  std::vector<Token> continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
+                                     size_t max_occurrences, const BatchReads& reads);
+  void append_at(size_t k, const Token* tokens, size_t n);
+  void drop_closed_appends();
   std::vector<MatchCursor> cursors_;
   // indexes_[i] is cursors_[i]'s index. The set holds it (the cursor alone holds it
   // weakly), so a step need not take a weak reference per cursor: the memory of a
@@ -51,17 +88,34 @@ class CursorSet {
     int64_t doc_id;
     std::vector<Token> pending;           // committed tokens not appended yet (the index was busy)
     uint32_t slot = TokenIndex::kNoSlot;  // where the document lives in the index
+    bool closed = false;                  // the index was closed: drop_closed_appends drops it
   };
   bool append(Append& a, const Token* tokens, size_t n);  // false: the index was closed
   std::vector<Append> appends_;
 };
 
-// advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them), in order; a
-// set that raises does not stop the others (the first error is raised once all have
-// moved). Asking for the next sets' memory ahead was tried and measured slower.
+// advance() for many sets, sets[i] taking tokens[i] (lengths[i] of them); a set that
+// raises does not stop the others (the first error, in set order, is raised once all
+// have moved). The result is the same as advance() of each set in turn:
+//  - A large batch of distinct sets runs in two phases on batch_threads() threads
+//    (workers.h): every set's cursors (they only read), then every append, one task per
+//    index taking its documents' tokens in set order, so the positions are numbered as
+//    in turn. A cursor that moved before another set's append finds that match when it
+//    is next read (MatchCursor::sync checks the new positions), so every match length
+//    and continuation is the one the turn-by-turn order gives.
+//  - One difference: an append that raises (not StateError: a removed document, a full
+//    index) does not stop the set's other appends.
+// Asking for the next sets' memory ahead was tried and measured slower.
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n);
-// match_lengths() of many sets into out, set after set.
+// match_lengths() of many sets into out, set after set (on batch_threads() threads for a
+// large batch; the first error, in set order, is raised).
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out);
+// continuation() of many sets: out[i] gets sets[i]'s continuation from slots[i], at most
+// max_tokens[i] tokens (nothing when slots[i] < 0 or max_tokens[i] <= 0). Threads and
+// errors as match_lengths_batch.
+void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,
+                        const ContinuationRule* rules, size_t max_occurrences, size_t n,
+                        std::vector<Token>* out);
 
 }  // namespace agspec

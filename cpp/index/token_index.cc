@@ -729,7 +729,11 @@ void MatchCursor::extend(const Token* tokens, size_t n) {
 
 void MatchCursor::extend_held(const TokenIndex& idx, const Token* tokens, size_t n) {
   TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
-  if (!reading.held()) {
+  extend_read(idx, reading.held(), tokens, n);
+}
+
+void MatchCursor::extend_read(const TokenIndex& idx, bool readable, const Token* tokens, size_t n) {
+  if (!readable) {
     // Busy: keep the tokens; the match is found again from the window once readable.
     for (size_t i = 0; i < n; ++i) push_tail(tokens[i]);
     stale_ = true;
@@ -774,7 +778,11 @@ int32_t MatchCursor::match_length() {
 
 int32_t MatchCursor::match_length_held(const TokenIndex& idx) {
   TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
-  if (!reading.held()) return 0;                   // busy: no match from this index this step
+  return match_length_read(idx, reading.held());
+}
+
+int32_t MatchCursor::match_length_read(const TokenIndex& idx, bool readable) {
+  if (!readable) return 0;  // busy: no match from this index this step
   catch_up(idx);
   return len_;
 }
@@ -782,7 +790,13 @@ int32_t MatchCursor::match_length_held(const TokenIndex& idx) {
 std::vector<Token> MatchCursor::continuation_held(const TokenIndex& idx, size_t max_tokens,
                                                   ContinuationRule rule, size_t max_occurrences) {
   TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
-  if (!reading.held()) return {};                  // busy: no draft from this index this step
+  return continuation_read(idx, reading.held(), max_tokens, rule, max_occurrences);
+}
+
+std::vector<Token> MatchCursor::continuation_read(const TokenIndex& idx, bool readable,
+                                                  size_t max_tokens, ContinuationRule rule,
+                                                  size_t max_occurrences) {
+  if (!readable) return {};  // busy: no draft from this index this step
   catch_up(idx);
   return continue_from(idx, max_tokens, rule, max_occurrences);
 }

@@ -315,6 +315,12 @@ class MatchCursor {
   int32_t match_length_held(const TokenIndex& idx);
   std::vector<Token> continuation_held(const TokenIndex& idx, size_t max_tokens,
                                        ContinuationRule rule, size_t max_occurrences);
+  // The same for a caller that holds idx for reading itself (a batched call, once for
+  // all its cursors over idx); readable false: it found idx busy, as above.
+  void extend_read(const TokenIndex& idx, bool readable, const Token* tokens, size_t n);
+  int32_t match_length_read(const TokenIndex& idx, bool readable);
+  std::vector<Token> continuation_read(const TokenIndex& idx, bool readable, size_t max_tokens,
+                                       ContinuationRule rule, size_t max_occurrences);
   std::vector<Occurrence> occurrences(size_t max_count);
   // Tokens after the chosen occurrence of the current match (see ContinuationRule).
   std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);

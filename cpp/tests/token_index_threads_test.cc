@@ -6,8 +6,9 @@
 // works or raises StateError (or DocumentError for a document not there yet); every
 // saved file loads (load verifies it) and holds a state the index really had; after
 // close() every call raises StateError. Then freeze() racing a writer and two readers
-// of the remembered "frequent" answers, and cursor sets of two threads stepping in
-// batches over a frozen corpus and a history both append to.
+// of the remembered "frequent" answers, cursor sets of two threads stepping in batches
+// over a frozen corpus and a history both append to, and a large batch on the helper
+// threads against the same batch on one.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,6 +23,7 @@
 
 #include "cursor_set.h"
 #include "token_index.h"
+#include "workers.h"
 
 using agspec::ArgumentError;
 using agspec::CursorSet;
@@ -171,11 +173,99 @@ void cursor_set_scenario() {
   for (auto& t : threads) t.join();
 }
 
+// A large batch on the helper threads (workers.h) against the same batch on the caller
+// alone: two identical worlds (a frozen corpus, a history and session corpora that many
+// sets append to, one set appending twice to its session), stepped alike; every match
+// length, every rule's continuation and every document must be equal.
+void batch_threads_scenario() {
+  struct World {
+    std::shared_ptr<TokenIndex> global, history;
+    std::vector<std::shared_ptr<TokenIndex>> sessions;
+    std::vector<std::unique_ptr<CursorSet>> sets;
+    std::vector<CursorSet*> raw;
+  };
+  constexpr int kSets = 40;
+  auto make = [] {
+    World w;
+    std::mt19937 rng(5);
+    w.global = std::make_shared<TokenIndex>();
+    for (int d = 0; d < 6; ++d) {
+      std::vector<Token> toks(400);
+      for (auto& t : toks) t = Token(rng() % 6);
+      w.global->extend(d, toks.data(), toks.size());
+    }
+    w.global->freeze();
+    w.history = std::make_shared<TokenIndex>();
+    for (int k = 0; k < 5; ++k) w.sessions.push_back(std::make_shared<TokenIndex>());
+    for (int i = 0; i < kSets; ++i) {
+      auto s = std::make_unique<CursorSet>();
+      const Token tail[2] = {Token(i % 6), Token((i / 6) % 6)};
+      auto& session = w.sessions[i % 5];
+      s->add_cursor(session, 12, tail, 2);
+      s->add_cursor(w.history, 12, tail, 2);
+      s->add_cursor(w.global, 12, tail, 2);
+      s->add_append(session, i);
+      s->add_append(w.history, i);
+      if (i % 7 == 0) s->add_append(session, 1000 + i);
+      w.raw.push_back(s.get());
+      w.sets.push_back(std::move(s));
+    }
+    return w;
+  };
+  World a = make(), b = make();
+  std::mt19937 rng(9);
+  for (int step = 0; step < 120; ++step) {
+    std::vector<std::vector<Token>> toks(kSets);
+    std::vector<const Token*> data;
+    std::vector<size_t> lengths;
+    for (auto& t : toks) {
+      t.resize(rng() % 5);  // some sets commit nothing this step
+      for (auto& x : t) x = Token(rng() % 6);
+      data.push_back(t.data());
+      lengths.push_back(t.size());
+    }
+    std::vector<int32_t> la(3 * kSets), lb(3 * kSets);
+    agspec::set_batch_threads(1);
+    agspec::advance_batch(a.raw.data(), data.data(), lengths.data(), kSets);
+    agspec::match_lengths_batch(a.raw.data(), kSets, la.data());
+    agspec::set_batch_threads(4);
+    agspec::advance_batch(b.raw.data(), data.data(), lengths.data(), kSets);
+    agspec::match_lengths_batch(b.raw.data(), kSets, lb.data());
+    if (la != lb) fail("batch threads: match lengths differ at step " + std::to_string(step));
+    std::vector<int64_t> slots(kSets), max_tokens(kSets);
+    std::vector<agspec::ContinuationRule> rules(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      slots[i] = (step + i) % 4 - 1;  // -1: no draft for this set
+      max_tokens[i] = 1 + (i % 8);
+      rules[i] = agspec::ContinuationRule((step + 3 * i) % 4);
+    }
+    std::vector<std::vector<Token>> ca(kSets), cb(kSets);
+    agspec::set_batch_threads(1);
+    agspec::continuation_batch(a.raw.data(), slots.data(), max_tokens.data(), rules.data(), 16,
+                               kSets, ca.data());
+    agspec::set_batch_threads(4);
+    agspec::continuation_batch(b.raw.data(), slots.data(), max_tokens.data(), rules.data(), 16,
+                               kSets, cb.data());
+    if (ca != cb) fail("batch threads: continuations differ at step " + std::to_string(step));
+  }
+  for (int i = 0; i < kSets; ++i) {
+    if (a.history->document(i) != b.history->document(i)) fail("batch threads: history differs");
+    if (a.sessions[i % 5]->document(i) != b.sessions[i % 5]->document(i)) {
+      fail("batch threads: a session document differs");
+    }
+  }
+  if (a.history->num_positions() != b.history->num_positions()) {
+    fail("batch threads: history positions differ");
+  }
+  agspec::set_batch_threads(0);
+}
+
 }  // namespace
 
 int main() {
   freeze_scenario();
   cursor_set_scenario();
+  batch_threads_scenario();
   constexpr int kRemoveAt = 90;  // the writer's iteration that removes document 10
   constexpr int kCloseAt = 180;  // close() once the writer is past this iteration
   auto index = std::make_shared<TokenIndex>();

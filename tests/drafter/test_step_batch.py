@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from chartok import CharTokenizer
 
+from agspec import _native
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
 from agspec.drafter.call import AgSpecCall
 from agspec.drafter.protocol import greedy_commit
@@ -169,6 +170,19 @@ def run_both(
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_step_batch_is_accept_then_propose_one_call_at_a_time(variant, batch_size):
     _, _, drafted = run_both(variant, num_requests=7, batch_size=batch_size, numpy_every=3)
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("variant", ["agspec", "agspec-paper", "agspec-frequent"])
+def test_a_large_batch_on_helper_threads_is_accept_then_propose(variant):
+    """40 requests of three sessions, past the size from which the native batched calls
+    hand their work to helper threads (cpp/index/workers.h): still the oracle's drafts,
+    sources and policy state, with the appends to one session from many threads' sets."""
+    _native.set_batch_threads(4)
+    try:
+        _, _, drafted = run_both(variant, num_requests=40, batch_size=64, seed=3)
+    finally:
+        _native.set_batch_threads(0)
     assert drafted > 0
 
 

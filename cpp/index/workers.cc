@@ -1,0 +1,190 @@
+#include "workers.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace agspec {
+
+namespace {
+
+constexpr size_t kMaxThreads = 64;
+// How long a helper that has finished its tasks keeps looking for the next call before it
+// sleeps: the batched calls of one engine step come microseconds apart (advance_batch's
+// two phases, then match_lengths_batch), and waking a sleeping thread takes longer.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#else
+  std::this_thread::yield();
+#endif
+}
+
+size_t default_threads() {
+  if (const char* env = std::getenv("AGSPEC_BATCH_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= long(kMaxThreads)) return size_t(v);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return std::clamp<size_t>(hw, 1, 4);
+}
+
+// The helpers of one thread count. Never freed: a helper can still be inside one when it
+// is replaced (set_batch_threads), and a forked child leaves its parent's behind.
+class Pool {
+ public:
+  explicit Pool(size_t helpers) : num_helpers_(helpers) {
+    for (size_t i = 0; i < helpers; ++i) std::thread([this] { loop(); }).detach();
+  }
+  size_t helpers() const { return num_helpers_; }
+
+  // Helpers stop once they see it (after the call they may be in).
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      published_.store(~uint64_t{0}, std::memory_order_release);
+    }
+    work_cv_.notify_all();
+  }
+
+  // false (nothing run): another thread's call has the helpers.
+  bool run(size_t n, const std::function<void(size_t)>& task) {
+    std::unique_lock<std::mutex> mine(run_mu_, std::try_to_lock);
+    if (!mine.owns_lock()) return false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Helpers still inside the previous call only fail to claim a task, but they read
+      // its counters: wait until they have let go before resetting them.
+      idle_cv_.wait(lock, [this] { return active_ == 0; });
+      task_ = &task;
+      num_tasks_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      done_.store(0, std::memory_order_relaxed);
+      ++generation_;
+      published_.store(generation_, std::memory_order_release);
+    }
+    work_cv_.notify_all();
+    claim(task, n);
+    // Tasks a helper claimed may still run: the outputs are whole once all are counted.
+    while (done_.load(std::memory_order_acquire) < n) std::this_thread::yield();
+    return true;
+  }
+
+ private:
+  void claim(const std::function<void(size_t)>& task, size_t n) {
+    for (;;) {
+      const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n) return;
+      task(i);
+      done_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      // Spin without system calls (a yielding loop costs the caller's core time too);
+      // the clock is read once every few hundred looks.
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      for (unsigned k = 1; published_.load(std::memory_order_acquire) == seen; ++k) {
+        cpu_relax();
+        if (k % 256 == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
+      const std::function<void(size_t)>* task;
+      size_t n;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        task = task_;
+        n = num_tasks_;
+        ++active_;
+      }
+      claim(*task, n);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--active_ == 0) idle_cv_.notify_all();
+      }
+    }
+  }
+
+  const size_t num_helpers_;
+  std::mutex run_mu_;  // held by the one call that uses the helpers
+  std::mutex mu_;      // guards the fields below up to active_
+  std::condition_variable work_cv_, idle_cv_;
+  const std::function<void(size_t)>* task_ = nullptr;
+  size_t num_tasks_ = 0;
+  uint64_t generation_ = 0;  // one per call; helpers run each call's tasks at most once
+  size_t active_ = 0;        // helpers inside the current call
+  bool stop_ = false;
+  std::atomic<uint64_t> published_{0};  // generation_, for the helpers' spin
+  std::atomic<size_t> next_{0};         // the next task to claim
+  std::atomic<size_t> done_{0};         // tasks finished
+};
+
+std::mutex g_mu;       // guards g_threads and g_pool
+size_t g_threads = 0;  // 0: not read yet
+Pool* g_pool = nullptr;
+
+void before_fork() { g_mu.lock(); }
+void after_fork_parent() { g_mu.unlock(); }
+void after_fork_child() {
+  // The helpers did not come along: the child starts its own when it needs them.
+  g_pool = nullptr;
+  g_mu.unlock();
+}
+
+size_t threads_locked() {
+  if (g_threads == 0) {
+    g_threads = default_threads();
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  }
+  return g_threads;
+}
+
+Pool* pool() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const size_t helpers = threads_locked() - 1;
+  if (helpers == 0) return nullptr;
+  if (g_pool == nullptr || g_pool->helpers() != helpers) {
+    if (g_pool != nullptr) g_pool->stop();
+    g_pool = new Pool(helpers);
+  }
+  return g_pool;
+}
+
+}  // namespace
+
+void run_tasks(size_t n, const std::function<void(size_t)>& task) {
+  Pool* p = n > 1 ? pool() : nullptr;
+  if (p != nullptr && p->run(n, task)) return;
+  for (size_t i = 0; i < n; ++i) task(i);
+}
+
+size_t batch_threads() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return threads_locked();
+}
+
+void set_batch_threads(size_t n) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  threads_locked();  // registers the fork handlers
+  g_threads = n == 0 ? default_threads() : std::min(n, kMaxThreads);
+}
+
+}  // namespace agspec

@@ -1,0 +1,27 @@
+// A few helper threads for the batched calls of cursor_set.h (advance_batch and the
+// others), so that a step of many requests uses more than the caller's core.
+//
+// Results never depend on the number of threads: the caller splits a call into tasks
+// that each write only their own outputs, and run_tasks returns once every task is done.
+// No policy lives here, and no index: it only runs task(0) .. task(n - 1).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace agspec {
+
+// Runs task(i) for every i in [0, n), on the calling thread and on up to
+// batch_threads() - 1 helpers, and returns when all have finished. The tasks must not
+// throw (each keeps its own error). Tasks are claimed in order. A call made while
+// another thread's call is using the helpers, or in a child process after fork (until
+// the helpers are started again), runs every task on the caller.
+void run_tasks(size_t n, const std::function<void(size_t)>& task);
+
+// How many threads run_tasks uses, the caller included (1: no helpers). The default is
+// AGSPEC_BATCH_THREADS when set (1 to 64), else min(4, the hardware's threads).
+size_t batch_threads();
+// Sets it (1 to 64; 0 restores the default). Helpers start on the next call that needs them.
+void set_batch_threads(size_t n);
+
+}  // namespace agspec
