@@ -308,6 +308,7 @@ NB_MODULE(_native, m) {
       nb::arg("max_occurrences"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
+  m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));
   m.def(
       "set_batch_threads",
       [](int64_t n) {

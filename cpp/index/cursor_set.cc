@@ -182,6 +182,10 @@ void rethrow_first(const std::vector<std::exception_ptr>& errors) {
 
 }  // namespace
 
+void prepare_batch(size_t num_sets) {
+  if (num_sets >= kParallelMinSets) wake_batch_threads();
+}
+
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n) {
   if (!parallel(sets, n)) {

@@ -108,6 +108,9 @@ class CursorSet {
 // Asking for the next sets' memory ahead was tried and measured slower.
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n);
+// A caller about to step num_sets sets in batches (an engine step, before its own work on
+// the committed tokens): gets the helper threads up when the batch will use them.
+void prepare_batch(size_t num_sets);
 // match_lengths() of many sets into out, set after set (on batch_threads() threads for a
 // large batch; the first error, in set order, is raised).
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out);

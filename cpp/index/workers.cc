@@ -61,6 +61,15 @@ class Pool {
     work_cv_.notify_all();
   }
 
+  // Sleeping helpers get up and spin for kSpin (a batched call is about to come).
+  void wake() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++nudges_;
+    }
+    work_cv_.notify_all();
+  }
+
   // false (nothing run): another thread's call has the helpers.
   bool run(size_t n, const std::function<void(size_t)>& task) {
     std::unique_lock<std::mutex> mine(run_mu_, std::try_to_lock);
@@ -95,7 +104,7 @@ class Pool {
   }
 
   void loop() {
-    uint64_t seen = 0;
+    uint64_t seen = 0, seen_nudges = 0;
     for (;;) {
       // Spin without system calls (a yielding loop costs the caller's core time too);
       // the clock is read once every few hundred looks.
@@ -108,8 +117,10 @@ class Pool {
       size_t n;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        work_cv_.wait(lock, [&] { return stop_ || generation_ != seen || nudges_ != seen_nudges; });
         if (stop_) return;
+        seen_nudges = nudges_;
+        if (generation_ == seen) continue;  // woken ahead of a call: spin for it
         seen = generation_;
         task = task_;
         n = num_tasks_;
@@ -131,6 +142,7 @@ class Pool {
   size_t num_tasks_ = 0;
   uint64_t generation_ = 0;  // one per call; helpers run each call's tasks at most once
   size_t active_ = 0;        // helpers inside the current call
+  uint64_t nudges_ = 0;      // wake() calls
   bool stop_ = false;
   std::atomic<uint64_t> published_{0};  // generation_, for the helpers' spin
   std::atomic<size_t> next_{0};         // the next task to claim
@@ -140,6 +152,7 @@ class Pool {
 std::mutex g_mu;       // guards g_threads and g_pool
 size_t g_threads = 0;  // 0: not read yet
 Pool* g_pool = nullptr;
+std::vector<Pool*> g_retired;  // stopped pools, kept (never freed: see Pool)
 
 void before_fork() { g_mu.lock(); }
 void after_fork_parent() { g_mu.unlock(); }
@@ -162,7 +175,10 @@ Pool* pool() {
   const size_t helpers = threads_locked() - 1;
   if (helpers == 0) return nullptr;
   if (g_pool == nullptr || g_pool->helpers() != helpers) {
-    if (g_pool != nullptr) g_pool->stop();
+    if (g_pool != nullptr) {
+      g_pool->stop();
+      g_retired.push_back(g_pool);  // its helpers may still be on their way out
+    }
     g_pool = new Pool(helpers);
   }
   return g_pool;
@@ -174,6 +190,11 @@ void run_tasks(size_t n, const std::function<void(size_t)>& task) {
   Pool* p = n > 1 ? pool() : nullptr;
   if (p != nullptr && p->run(n, task)) return;
   for (size_t i = 0; i < n; ++i) task(i);
+}
+
+void wake_batch_threads() {
+  Pool* p = pool();
+  if (p != nullptr) p->wake();
 }
 
 size_t batch_threads() {

@@ -18,6 +18,10 @@ namespace agspec {
 // the helpers are started again), runs every task on the caller.
 void run_tasks(size_t n, const std::function<void(size_t)>& task);
 
+// Gets sleeping helpers spinning for the next call (a caller about to make batched calls
+// after other work: an engine step's first call would otherwise wait for them to wake).
+void wake_batch_threads();
+
 // How many threads run_tasks uses, the caller included (1: no helpers). The default is
 // AGSPEC_BATCH_THREADS when set (1 to 64), else min(4, the hardware's threads).
 size_t batch_threads();

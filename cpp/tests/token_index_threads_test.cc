@@ -225,6 +225,7 @@ void batch_threads_scenario() {
       lengths.push_back(t.size());
     }
     std::vector<int32_t> la(3 * kSets), lb(3 * kSets);
+    agspec::prepare_batch(kSets);  // the helpers woken ahead (or not, in world a)
     agspec::set_batch_threads(1);
     agspec::advance_batch(a.raw.data(), data.data(), lengths.data(), kSets);
     agspec::match_lengths_batch(a.raw.data(), kSets, la.data());

@@ -45,6 +45,7 @@ __all__ = [
     "advance_batch",
     "continuation_batch",
     "match_lengths_batch",
+    "prepare_batch",
 ]
 
 
@@ -202,6 +203,13 @@ class CorpusSet:
         self._native = None
         self._cursors = []
         self._appends = []
+
+
+def prepare_batch(num_sets: int) -> None:
+    """Says that `num_sets` requests are about to step in batches (first thing in a step,
+    before the work on their committed tokens): a batch large enough for the native
+    helper threads gets them up, so that the step's first call need not wait for them."""
+    _native.prepare_batch(num_sets)
 
 
 def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> None:

@@ -12,6 +12,7 @@ from agspec.corpora.corpus_set import (
     advance_batch,
     continuation_batch,
     match_lengths_batch,
+    prepare_batch,
 )
 from agspec.drafter.call import AgSpecCall
 
@@ -68,6 +69,7 @@ def step_batch(
         elif not call._begun or call._ended:
             raise call._not_live("step_batch()")
         return [call.propose(caps[0])]
+    prepare_batch(n)
     # One server (the usual case): its policy learns from the whole step in one call and
     # plans every draft in another. Calls of several servers go one call at a time.
     shared: AgSpecServer | None = calls[0].session.server
