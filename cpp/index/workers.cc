@@ -152,7 +152,9 @@ class Pool {
 std::mutex g_mu;       // guards g_threads and g_pool
 size_t g_threads = 0;  // 0: not read yet
 Pool* g_pool = nullptr;
-std::vector<Pool*> g_retired;  // stopped pools, kept (never freed: see Pool)
+// Stopped pools, kept reachable (never freed: see Pool; nor is the list, which a static
+// destructor would free before the leak checker looks).
+std::vector<Pool*>* g_retired = new std::vector<Pool*>;
 
 void before_fork() { g_mu.lock(); }
 void after_fork_parent() { g_mu.unlock(); }
@@ -177,7 +179,7 @@ Pool* pool() {
   if (g_pool == nullptr || g_pool->helpers() != helpers) {
     if (g_pool != nullptr) {
       g_pool->stop();
-      g_retired.push_back(g_pool);  // its helpers may still be on their way out
+      g_retired->push_back(g_pool);  // its helpers may still be on their way out
     }
     g_pool = new Pool(helpers);
   }
