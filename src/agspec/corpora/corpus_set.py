@@ -45,6 +45,7 @@ __all__ = [
     "advance_batch",
     "continuation_batch",
     "match_lengths_batch",
+    "match_lengths_flat",
     "prepare_batch",
 ]
 
@@ -89,8 +90,11 @@ class CorpusSet:
             if rule not in _RULE_CODES:
                 raise ValueError(f"unknown continuation rule {rule!r}; one of {list(_RULE_CODES)}")
         slot = {name: i for i, name in enumerate(self.names)}
-        # Preference over the corpora present; the others match nothing.
-        self._order = [(slot[r.corpus], int(r.margin_tokens)) for r in order if r.corpus in slot]
+        # Preference over the corpora present, least preferred first (the order `pick`
+        # scans in); the others match nothing.
+        self._order = [
+            (slot[r.corpus], int(r.margin_tokens)) for r in reversed(order) if r.corpus in slot
+        ]
         self._rules: list[ContinuationRule] = [rule for _, _, rule in entries]
         self._codes = [_RULE_CODES[r] for r in self._rules]
         tail_list = (
@@ -155,12 +159,16 @@ class CorpusSet:
         >>> cs.pick([5, 3]), cs.pick([6, 3]), cs.pick([0, 0])
         (1, 0, -1)
         """
-        order = self._order
+        return self.pick_at(lengths, 0)
+
+    def pick_at(self, lengths: Sequence[int], at: int) -> int:
+        """`pick` of this set's match lengths at lengths[at:], without the slice (a batch's
+        flat list of every set's lengths, `match_lengths_flat`)."""
         best_after = 0
         winner = -1
         # From the least preferred up: a corpus wins over everything after it.
-        for slot, margin in reversed(order):
-            m = lengths[slot]
+        for slot, margin in self._order:
+            m = lengths[at + slot]
             if m > best_after + margin:
                 winner = slot
             if m > best_after:
@@ -232,6 +240,14 @@ def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
             at += n
         return out
     return [s.match_lengths() for s in sets]
+
+
+def match_lengths_flat(sets: Sequence[CorpusSet]) -> list[int]:
+    """Every set's match lengths in one list, set after set (`match_lengths_batch`
+    without splitting it; set i's start at the sum of the earlier sets' sizes)."""
+    if sets and all(s._native is not None for s in sets):
+        return _native.match_lengths_batch([s._native for s in sets])  # type: ignore[no-any-return]
+    return [m for s in sets for m in s.match_lengths()]
 
 
 def continuation_batch(

@@ -12,6 +12,7 @@ from agspec.corpora.corpus_set import (
     advance_batch,
     continuation_batch,
     match_lengths_batch,
+    match_lengths_flat,
     prepare_batch,
 )
 from agspec.drafter.call import AgSpecCall
@@ -145,14 +146,14 @@ def step_batch(
     for call in calls:
         if not call._begun or call._ended:
             raise call._not_live("step_batch()")
-        call._draft = []
-        call._decision = None
-        call.last_source, call.last_match_length = None, 0
     sets: list[CorpusSet] = [call._corpora for call in calls]  # type: ignore[misc]
-    lengths = match_lengths_batch(sets)
     if shared is None:
-        return _propose_each(calls, sets, lengths, caps)
-    return _propose(shared, calls, sets, lengths, caps)
+        for call in calls:
+            call._draft = []
+            call._decision = None
+            call.last_source, call.last_match_length = None, 0
+        return _propose_each(calls, sets, match_lengths_batch(sets), caps)
+    return _propose(shared, calls, sets, caps)
 
 
 def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
@@ -177,11 +178,12 @@ def _propose(
     server: AgSpecServer,
     calls: Sequence[AgSpecCall],
     sets: list[CorpusSet],
-    lengths: list[list[int]],
     caps: list[int],
 ) -> list[list[int]]:
-    """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once."""
+    """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once
+    (every match read in one call first; each call's last draft is reset here)."""
     n = len(calls)
+    flat = match_lengths_flat(sets)  # set i's lengths from the sum of the earlier sizes
     drafts: list[list[int]] = [[] for _ in range(n)]
     # The requests with a match the source preference picks, long enough to draft from.
     picked: list[int] = []
@@ -191,16 +193,22 @@ def _propose(
     matches: list[int] = []
     available: list[int] = []
     min_match = server.min_match_tokens
-    for i, (call, cs, ls, k) in enumerate(zip(calls, sets, lengths, caps)):
+    at = 0
+    for i, (call, cs, k) in enumerate(zip(calls, sets, caps)):
+        call._draft = []
+        call._decision = None
+        call.last_source = None
+        call.last_match_length = 0
         if k > 0:
-            slot = cs.pick(ls)
-            if slot >= 0 and (m := ls[slot]) >= min_match:
+            slot = cs.pick_at(flat, at)
+            if slot >= 0 and (m := flat[at + slot]) >= min_match:
                 picked.append(i)
                 picked_calls.append(call)
                 picked_sets.append(cs)
                 slots.append(slot)
                 matches.append(m)
                 available.append(k)
+        at += len(cs.names)
     if not picked:
         return drafts
     native = all(cs.is_native for cs in sets)
