@@ -186,6 +186,31 @@ def test_a_large_batch_on_helper_threads_is_accept_then_propose(variant):
     assert drafted > 0
 
 
+def test_a_forked_child_steps_large_batches_on_its_own_helpers():
+    """The helper threads do not survive fork(): a child of a process whose batches used
+    them (the replay lab's workers fork) steps large batches too, with the oracle's drafts
+    and without hanging. (What can hang without the fork handler, a helper inside a call
+    at the fork, is a race this test cannot force.)"""
+    import os
+    import signal
+
+    _native.set_batch_threads(2)
+    try:
+        run_both("agspec", num_requests=20, batch_size=64, seed=4)  # the parent's helpers start
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            signal.alarm(60)  # a deadlock fails the test instead of hanging it
+            try:
+                _, _, drafted = run_both("agspec", num_requests=20, batch_size=64, seed=5)
+                os._exit(0 if drafted > 0 else 1)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    finally:
+        _native.set_batch_threads(0)
+
+
 def test_calls_of_several_servers_in_one_step():
     servers, _, drafted = run_both("agspec", num_requests=8, num_servers=2, seed=3)
     assert drafted > 0
