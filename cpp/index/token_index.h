@@ -182,6 +182,10 @@ class TokenIndex {
   int32_t state_link(int32_t s) const { return st_[s].link; }
   uint64_t epoch() const { return epoch_; }
   size_t positions_size() const { return pos_doc_.size(); }
+  // pos_tok_ when the index keeps it (a live index), else nullptr.
+  const Token* position_tokens() const {
+    return pos_tok_.size() == pos_doc_.size() ? pos_tok_.data() : nullptr;
+  }
   Token position_token(uint32_t g) const {
     return g < pos_tok_.size() ? pos_tok_[g] : docs_[pos_doc_[g]].tokens[pos_off_[g]];
   }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections import Counter
 
 import numpy as np
@@ -159,6 +160,31 @@ def test_many_documents_and_interleaved_growth(docs, query):
         cur.extend(piece)
         fed.extend(piece)
         check_cursor(ref, cur, fed, 16)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 300), min_size=1, max_size=8),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_cursor_catches_up_with_hundreds_of_new_positions(growth, seed):
+    """Between two reads of a cursor the index grows by 0-300 tokens (the history at batch
+    64 grows ~240 a step): the cursor re-checks the new positions in blocks of 64 and a
+    remainder (MatchCursor::sync), and must find the longest match the brute force does."""
+    rng = random.Random(seed)
+    idx, ref = TokenIndex(), BruteIndex()
+    cur = idx.match(max_match_tokens=12)
+    fed: list[int] = []
+    for k in growth:
+        toks = [rng.randrange(4) for _ in range(k)]
+        doc = rng.randrange(3)
+        idx.extend(doc, toks)
+        ref.extend(doc, toks)
+        piece = [rng.randrange(4) for _ in range(rng.randrange(1, 4))]
+        cur.extend(piece)  # re-checks the k new positions, then steps
+        fed.extend(piece)
+        assert cur.match_length == ref.match_length(fed, 12)
+    check_cursor(ref, cur, fed, 12)
 
 
 def test_self_occurrence_at_document_end_never_counts():
