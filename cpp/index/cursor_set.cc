@@ -69,50 +69,72 @@ void CursorSet::check_ids(const Token* tokens, size_t n) {
 }
 
 BatchReads::BatchReads(CursorSet* const* sets, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    for (const auto& idx : sets[i]->indexes_) entries_.push_back(Entry{idx.get(), Access::kHeld});
-  }
-  std::sort(entries_.begin(), entries_.end(),
-            [](const Entry& a, const Entry& b) { return a.index < b.index; });
-  entries_.erase(std::unique(entries_.begin(), entries_.end(),
-                             [](const Entry& a, const Entry& b) { return a.index == b.index; }),
-                 entries_.end());
-  for (auto& e : entries_) {
-    try {
-      auto guard = std::make_unique<TokenIndex::Reading>(*e.index, std::nothrow);
-      if (!guard->held()) e.access = Access::kBusy;
-      guards_.push_back(std::move(guard));
-    } catch (const StateError&) {
-      e.access = Access::kClosed;
+  size_t entries = 0;
+  for (size_t i = 0; i < n; ++i) entries += sets[i]->indexes_.size();
+  first_.reserve(n);
+  access_.reserve(entries);
+  // The distinct indexes met so far and their access: open addressing, at most half full.
+  size_t slots = 16;
+  while (slots < 2 * entries) slots *= 2;
+  std::vector<std::pair<const TokenIndex*, Access>> seen(slots, {nullptr, Access::kHeld});
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      first_.push_back(uint32_t(access_.size()));
+      for (const auto& held : sets[i]->indexes_) {
+        const TokenIndex* idx = held.get();
+        size_t h = size_t(mix64(uint64_t(reinterpret_cast<uintptr_t>(idx)))) & (slots - 1);
+        while (seen[h].first != nullptr && seen[h].first != idx) h = (h + 1) & (slots - 1);
+        if (seen[h].first == nullptr) {
+          Access a = Access::kHeld;
+          if (idx->closed()) {
+            a = Access::kClosed;
+          } else if (!idx->frozen()) {  // a frozen index has no writer: nothing to enter
+            try {
+              if (idx->try_enter_read()) {
+                entered_.push_back(idx);
+              } else {
+                a = Access::kBusy;
+              }
+            } catch (const StateError&) {
+              a = Access::kClosed;
+            }
+          }
+          seen[h] = {idx, a};
+        }
+        access_.push_back(seen[h].second);
+      }
     }
+  } catch (...) {
+    for (const TokenIndex* idx : entered_) idx->exit_read();
+    throw;
   }
 }
 
-bool BatchReads::readable(const TokenIndex* idx) const {
-  const auto it = std::lower_bound(entries_.begin(), entries_.end(), idx,
-                                   [](const Entry& e, const TokenIndex* p) { return e.index < p; });
-  if (it == entries_.end() || it->index != idx) {
-    throw std::logic_error("BatchReads: an index of no set in the batch");
-  }
-  if (it->access == Access::kClosed) throw StateError("the index was closed");
-  return it->access == Access::kHeld;
+BatchReads::~BatchReads() {
+  for (const TokenIndex* idx : entered_) idx->exit_read();
 }
 
-void CursorSet::advance_cursors(const Token* tokens, size_t n, const BatchReads* reads) {
+bool BatchReads::readable(size_t set, size_t cursor) const {
+  const Access a = access_[first_[set] + cursor];
+  if (a == Access::kClosed) throw StateError("the index was closed");
+  return a == Access::kHeld;
+}
+
+void CursorSet::advance_cursors(const Token* tokens, size_t n, const BatchReads* reads,
+                                size_t self) {
   for (size_t i = 0; i < cursors_.size(); ++i) {
     const TokenIndex& idx = *indexes_[i];
     if (reads) {
-      cursors_[i].extend_read(idx, reads->readable(&idx), tokens, n);
+      cursors_[i].extend_read(idx, reads->readable(self, i), tokens, n);
     } else {
       cursors_[i].extend_held(idx, tokens, n);
     }
   }
 }
 
-void CursorSet::match_lengths_in(int32_t* out, const BatchReads& reads) {
+void CursorSet::match_lengths_in(int32_t* out, const BatchReads& reads, size_t self) {
   for (size_t i = 0; i < cursors_.size(); ++i) {
-    const TokenIndex& idx = *indexes_[i];
-    out[i] = cursors_[i].match_length_read(idx, reads.readable(&idx));
+    out[i] = cursors_[i].match_length_read(*indexes_[i], reads.readable(self, i));
   }
 }
 
@@ -207,7 +229,7 @@ void advance_batch(CursorSet* const* sets, const Token* const* tokens, const siz
     each_set(n, errors, [&](size_t i) {
       if (lengths[i] == 0) return;
       CursorSet::check_ids(tokens[i], lengths[i]);
-      sets[i]->advance_cursors(tokens[i], lengths[i], &reads);
+      sets[i]->advance_cursors(tokens[i], lengths[i], &reads, i);
       moved[i] = 1;
     });
   }
@@ -267,7 +289,7 @@ void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
   for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + sets[i]->size();
   std::vector<std::exception_ptr> errors(n);
   const BatchReads reads(sets, n);
-  each_set(n, errors, [&](size_t i) { sets[i]->match_lengths_in(out + offsets[i], reads); });
+  each_set(n, errors, [&](size_t i) { sets[i]->match_lengths_in(out + offsets[i], reads, i); });
   rethrow_first(errors);
 }
 
@@ -288,7 +310,7 @@ void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int6
   each_set(n, errors, [&](size_t i) {
     if (slots[i] < 0 || max_tokens[i] <= 0) return;
     out[i] = sets[i]->continuation_in(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
-                                      max_occurrences, reads);
+                                      max_occurrences, reads, i);
   });
   rethrow_first(errors);
 }
@@ -303,11 +325,11 @@ std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, Conti
 }
 
 std::vector<Token> CursorSet::continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
-                                              size_t max_occurrences, const BatchReads& reads) {
+                                              size_t max_occurrences, const BatchReads& reads,
+                                              size_t self) {
   if (slot >= cursors_.size()) return continuation(slot, max_tokens, rule, max_occurrences);
-  const TokenIndex& idx = *indexes_[slot];
-  return cursors_[slot].continuation_read(idx, reads.readable(&idx), max_tokens, rule,
-                                          max_occurrences);
+  return cursors_[slot].continuation_read(*indexes_[slot], reads.readable(self, slot), max_tokens,
+                                          rule, max_occurrences);
 }
 
 }  // namespace agspec

@@ -17,24 +17,25 @@ namespace agspec {
 
 class CursorSet;
 
-// The read guards of one batched call: one per index for all its sets' cursors, instead
-// of one per cursor (on several threads those counters would bounce between cores).
-// Taken and dropped by the calling thread; helpers read under them.
+// The read guards of one batched call: the calling thread enters each index once for
+// all the batch's cursors over it (one per cursor and call would cost two atomic
+// operations each, on counters that bounce between cores once helpers read too), and
+// leaves them when this goes. Helpers read under them.
 class BatchReads {
  public:
   BatchReads(CursorSet* const* sets, size_t n);
-  // Whether cursors may read idx now (false: another thread's writer stayed inside past
-  // the patience); raises StateError when idx was closed.
-  bool readable(const TokenIndex* idx) const;
+  ~BatchReads();
+  BatchReads(const BatchReads&) = delete;
+  BatchReads& operator=(const BatchReads&) = delete;
+  // Whether cursor k of set i may read its index now (false: another thread's writer
+  // stayed inside past the patience); raises StateError when the index was closed.
+  bool readable(size_t set, size_t cursor) const;
 
  private:
   enum class Access : uint8_t { kHeld, kBusy, kClosed };
-  struct Entry {
-    const TokenIndex* index;
-    Access access;
-  };
-  std::vector<Entry> entries_;  // sorted by index
-  std::vector<std::unique_ptr<TokenIndex::Reading>> guards_;
+  std::vector<uint32_t> first_;             // first_[i]: set i's first entry in access_
+  std::vector<Access> access_;              // one per (set, cursor), in order
+  std::vector<const TokenIndex*> entered_;  // live indexes entered (each once)
 };
 
 class CursorSet {
@@ -72,10 +73,12 @@ class CursorSet {
   // every cursor fed, then each append target extended (closed ones marked, then dropped).
   // With `reads`, the cursors read under the batch's guards instead of their own.
   static void check_ids(const Token* tokens, size_t n);
-  void advance_cursors(const Token* tokens, size_t n, const BatchReads* reads = nullptr);
-  void match_lengths_in(int32_t* out, const BatchReads& reads);
+  // With `reads`, set `self` of the batch it was taken for.
+  void advance_cursors(const Token* tokens, size_t n, const BatchReads* reads = nullptr,
+                       size_t self = 0);
+  void match_lengths_in(int32_t* out, const BatchReads& reads, size_t self);
   std::vector<Token> continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
-                                     size_t max_occurrences, const BatchReads& reads);
+                                     size_t max_occurrences, const BatchReads& reads, size_t self);
   void append_at(size_t k, const Token* tokens, size_t n);
   void drop_closed_appends();
   std::vector<MatchCursor> cursors_;

@@ -164,6 +164,7 @@ class TokenIndex {
 
  private:
   friend class MatchCursor;
+  friend class BatchReads;  // enters and leaves reads for a whole batched call
   class Writing;
 
   struct Doc {

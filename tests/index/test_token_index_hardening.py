@@ -857,3 +857,41 @@ def test_a_cursor_set_steps_through_a_long_writer_without_failing():
         """,
     )
     assert "OK" in assert_ok(proc)
+
+
+def test_a_large_batch_steps_through_a_long_writer_without_failing():
+    """The same with 20 requests stepped in batches (past the size from which the native
+    calls take one read per index for the batch and share the work with helper threads):
+    no error while another thread writes the session index, and afterwards every match
+    and document as on a quiet index."""
+    proc = run_script(
+        prelude=THREAD_PRELUDE,
+        code="""
+        from agspec import _native
+        from agspec.corpora.corpus_set import (
+            CorpusSet, advance_batch, match_lengths_batch, continuation_batch)
+        _native.set_batch_threads(2)
+        session, other = TokenIndex(), TokenIndex()
+        session.extend(0, [5, 6, 7, 8, 9])
+        other.extend(0, [1, 2, 3, 4])
+        sets = [CorpusSet([("session", session, "first"), ("other", other, "first")], [5, 6],
+                          appends=[(session, 1 + i)]) for i in range(20)]
+        assert match_lengths_batch(sets) == [[2, 0]] * 20
+        t, box = in_thread(session.extend, 100, big(3_000_000, seed=13))
+        assert wait_busy(t, box, lambda: session.match([5]).match_length), "never busy"
+        advance_batch(sets, [[7]] * 20)          # the session index is busy: no error
+        assert t.is_alive(), "the long extend ended too soon for this test"
+        during = match_lengths_batch(sets)
+        assert during == [[0, 0]] * 20, during
+        assert continuation_batch(sets, [0] * 20, [4] * 20) == [[]] * 20
+        t.join()
+        assert "error" not in box, box
+        advance_batch(sets, [[1, 2]] * 20)       # catch up, then [7] and [1, 2] appended
+        assert all(session.document(1 + i) == [7, 1, 2] for i in range(20))
+        oracle = session.match([5, 6, 7, 1, 2])
+        assert match_lengths_batch(sets) == [[oracle.match_length, 2]] * 20
+        assert continuation_batch(sets, [1] * 20, [4] * 20) == [[3, 4]] * 20
+        print("OK", during[0])
+        """,
+    )
+    assert "OK" in assert_ok(proc)
