@@ -206,6 +206,14 @@ int32_t EdgeTable::get(int32_t state, Token token) const {
   }
 }
 
+int32_t* EdgeTable::find(int32_t state, Token token) {
+  const uint64_t k = key(state, token);
+  for (size_t i = mix64(k) & mask_;; i = (i + 1) & mask_) {
+    if (keys_[i] == k) return &vals_[i];
+    if (keys_[i] == kEmpty) return nullptr;
+  }
+}
+
 void EdgeTable::insert(int32_t state, Token token, int32_t target) {
   if ((size_ + 1) * 10 > keys_.size() * 7) grow();
   const uint64_t k = key(state, token);
@@ -213,10 +221,6 @@ void EdgeTable::insert(int32_t state, Token token, int32_t target) {
   keys_[i] = k;
   vals_[i] = target;
   ++size_;
-}
-
-void EdgeTable::assign(int32_t state, Token token, int32_t target) {
-  vals_[slot_of(key(state, token))] = target;
 }
 
 void EdgeTable::grow() {
@@ -273,14 +277,6 @@ void TokenIndex::add_edge(int32_t s, Token t, int32_t target) {
   edge_token_.push_back(t);
   edge_next_.push_back(st_[s].edge_head);
   st_[s].edge_head = static_cast<int32_t>(edge_token_.size() - 1);
-}
-
-void TokenIndex::set_edge(int32_t s, Token t, int32_t target) {
-  if (st_[s].in_tok == t) {
-    st_[s].in_tgt = target;
-  } else {
-    edges_.assign(s, t, target);
-  }
 }
 
 void TokenIndex::attach_front(int32_t child, int32_t parent) {
@@ -340,8 +336,16 @@ int32_t TokenIndex::clone_state(int32_t q, int32_t len) {
 // Generalized online suffix-automaton step: appends token c to the string whose state
 // is `last`; returns the state of the longer string.
 int32_t TokenIndex::sam_extend(int32_t last, Token c) {
+  // Each loop below looks a transition up once per state (a lookup in a large table is
+  // a likely cache miss): the redirect overwrites the target it read, in place.
   auto redirect = [this, c](int32_t p, int32_t from, int32_t to) {
-    for (; p != -1 && transition(p, c) == from; p = st_[p].link) set_edge(p, c, to);
+    for (; p != -1; p = st_[p].link) {
+      int32_t* target = st_[p].in_tok == c       ? &st_[p].in_tgt
+                        : st_[p].edge_head == -1 ? nullptr
+                                                 : edges_.find(p, c);
+      if (target == nullptr || *target != from) return;
+      *target = to;
+    }
   };
   int32_t q = transition(last, c);
   if (q != -1) {  // the string already occurs (another document has it)
@@ -351,8 +355,9 @@ int32_t TokenIndex::sam_extend(int32_t last, Token c) {
     return cl;
   }
   const int32_t cur = new_state(st_[last].len + 1);
-  int32_t p = last;
-  while (p != -1 && transition(p, c) == -1) {
+  add_edge(last, c, cur);  // `last` has no c-transition: just looked
+  int32_t p = st_[last].link;
+  while (p != -1 && (q = transition(p, c)) == -1) {
     add_edge(p, c, cur);
     p = st_[p].link;
   }
@@ -360,7 +365,6 @@ int32_t TokenIndex::sam_extend(int32_t last, Token c) {
     attach_front(cur, 0);
     return cur;
   }
-  q = transition(p, c);
   if (st_[p].len + 1 == st_[q].len) {
     attach_front(cur, q);
     return cur;

@@ -73,10 +73,10 @@ class EdgeTable {
  public:
   EdgeTable();
   int32_t get(int32_t state, Token token) const;
+  // The target of a present key, to read or overwrite in place; nullptr when absent.
+  int32_t* find(int32_t state, Token token);
   // Inserts a key that is not present.
   void insert(int32_t state, Token token, int32_t target);
-  // Overwrites the target of a key that is present.
-  void assign(int32_t state, Token token, int32_t target);
   size_t size() const { return size_; }
   size_t num_bytes() const;
   void clear();
@@ -222,7 +222,6 @@ class TokenIndex {
   void move_to_front(int32_t child);
   int32_t sam_extend(int32_t last, Token c);
   void add_edge(int32_t s, Token t, int32_t target);
-  void set_edge(int32_t s, Token t, int32_t target);
   void insert_position(uint32_t doc, uint32_t offset);
   void reset_automaton();
   // The slot of document doc_id, created when new (hint: where it was last time).
