@@ -6,6 +6,9 @@ drafters replay the same sessions greedily (accept = longest common prefix with 
 recorded output) in one run, side by side.
 
     python benchmarks/bench_drafter.py --source swe-agent --sessions 20 --global-tokens 10000000
+
+`--breakdown` times AgSpec alone, part by part (artifacts, begin, propose, accept, end)
+and its continuation calls per corpus.
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ from agspec.tokenizers import get_tokenizer
 from agspec.traces import render_call
 
 
-def replay(server, sessions, tok, max_draft: int):
-    """Returns (step times in µs, total drafter ns, output tokens, mean accept length)."""
+def replay(server, sessions, tok, max_draft: int, phases: dict[str, int] | None = None):
+    """Returns (step times in µs, total drafter ns, output tokens, mean accept length);
+    `phases` (if given) sums the ns of each part: artifacts, begin, propose, accept, end."""
     steps_us: list[float] = []
     total_ns = out_tokens = accepted = n_steps = 0
+    ph = phases if phases is not None else {}
+    for k in ("artifacts", "begin", "propose", "accept", "end"):
+        ph.setdefault(k, 0)
     for s in sessions:
         fmt = s.calls[0].emission_format if s.calls else "none"
         sess = server.session(s.session_id, emission_format=fmt)
@@ -40,9 +47,13 @@ def replay(server, sessions, tok, max_draft: int):
             for a in c.artifacts:
                 if a.text:
                     sess.open_artifact(a.path, a.text)
+            t1 = time.perf_counter_ns()
             d = sess.call(c.agent, c.role, c.turn)
             d.begin(prompt)
-            total_ns += time.perf_counter_ns() - t0
+            t2 = time.perf_counter_ns()
+            total_ns += t2 - t0
+            ph["artifacts"] += t1 - t0
+            ph["begin"] += t2 - t1
             pos = 0
             while pos < len(out):
                 t0 = time.perf_counter_ns()
@@ -58,15 +69,39 @@ def replay(server, sessions, tok, max_draft: int):
                 step = (t1 - t0) + (t3 - t2)
                 steps_us.append(step / 1e3)
                 total_ns += step
+                ph["propose"] += t1 - t0
+                ph["accept"] += t3 - t2
                 pos += len(commit)
                 accepted += a
                 n_steps += 1
             t0 = time.perf_counter_ns()
             d.end()
-            total_ns += time.perf_counter_ns() - t0
+            t1 = time.perf_counter_ns()
+            ph["end"] += t1 - t0
+            total_ns += t1 - t0
             out_tokens += len(out)
         sess.end()
     return steps_us, total_ns, out_tokens, accepted / max(1, n_steps)
+
+
+def timed_continuations() -> dict[tuple[str, str], list[int]]:
+    """Wraps `CorpusSet.continuation` to count and time the calls per (corpus, rule):
+    what the `propose` part spends copying drafts (for --breakdown)."""
+    from agspec.corpora.corpus_set import CorpusSet
+
+    timings: dict[tuple[str, str], list[int]] = {}
+    inner = CorpusSet.continuation
+
+    def timed(self, slot, max_tokens, *, max_occurrences=32):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter_ns()
+        out = inner(self, slot, max_tokens, max_occurrences=max_occurrences)
+        entry = timings.setdefault((self.names[slot], self._rules[slot]), [0, 0])
+        entry[0] += 1
+        entry[1] += time.perf_counter_ns() - t0
+        return out
+
+    CorpusSet.continuation = timed  # type: ignore[method-assign]
+    return timings
 
 
 def main() -> None:
@@ -84,6 +119,12 @@ def main() -> None:
         help="cost model whose p* (at batch 1) the AgSpec length policy uses",
     )
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="AgSpec only: µs per output token of each part (artifacts, begin, propose, "
+        "accept, end) and the continuation calls per corpus",
+    )
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     fmt = args.source
@@ -102,6 +143,20 @@ def main() -> None:
     cm = get_cost_model(args.cost_model, context_tokens=16384)
     config = replace(VARIANTS[args.variant], break_even_prob=break_even_accept_prob(cm, 1))
     agspec = AgSpecServer(tokenizer=tok, global_corpus=g, config=config, cost_model=cm)
+    if args.breakdown:
+        timings = timed_continuations()
+        phases: dict[str, int] = {}
+        _, total_ns, out_tokens, _ = replay(agspec, replayed, tok, args.max_draft, phases)
+        print(f"{args.variant}: {total_ns / 1e3 / out_tokens:.2f} µs per output token")
+        for part, ns in phases.items():
+            print(f"  {part:<10}{ns / 1e3 / out_tokens:>8.2f}")
+        for (corpus, rule), (calls, ns) in sorted(timings.items()):
+            each_us = ns / 1e3 / max(1, calls)
+            print(
+                f"  continuation {corpus} ({rule}): {calls} calls, {each_us:.2f} µs each, "
+                f"{ns / 1e3 / out_tokens:.2f} µs per output token"
+            )
+        return
     suffix = make_family("suffix-64", global_docs=[d.tolist() for d in docs[:2000]], tokenizer=tok)
     for name, server in ((args.variant, agspec), ("suffix-64", suffix)):
         steps, total_ns, out_tokens, acc = replay(server, replayed, tok, args.max_draft)
