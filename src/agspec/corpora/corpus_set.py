@@ -222,8 +222,9 @@ def prepare_batch(num_sets: int) -> None:
 
 def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> None:
     """`advance` for many requests: one native call when every set is native."""
-    if all(s._native is not None for s in sets):
-        _native.advance_batch([s._native for s in sets], list(committed))
+    handles = [s._native for s in sets]
+    if None not in handles:
+        _native.advance_batch(handles, committed if type(committed) is list else list(committed))
         return
     for s, c in zip(sets, committed):
         s.advance(c)
@@ -231,8 +232,9 @@ def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> 
 
 def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
     """`match_lengths` for many requests: one native call when every set is native."""
-    if sets and all(s._native is not None for s in sets):
-        flat = _native.match_lengths_batch([s._native for s in sets])
+    handles = [s._native for s in sets]
+    if handles and None not in handles:
+        flat = _native.match_lengths_batch(handles)
         out, at = [], 0
         for s in sets:
             n = len(s.names)
@@ -245,8 +247,9 @@ def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
 def match_lengths_flat(sets: Sequence[CorpusSet]) -> list[int]:
     """Every set's match lengths in one list, set after set (`match_lengths_batch`
     without splitting it; set i's start at the sum of the earlier sets' sizes)."""
-    if sets and all(s._native is not None for s in sets):
-        return _native.match_lengths_batch([s._native for s in sets])  # type: ignore[no-any-return]
+    handles = [s._native for s in sets]
+    if handles and None not in handles:
+        return _native.match_lengths_batch(handles)  # type: ignore[no-any-return]
     return [m for s in sets for m in s.match_lengths()]
 
 
@@ -260,11 +263,12 @@ def continuation_batch(
     """`continuation` for many requests (set i copies from slots[i], at most max_tokens[i]
     tokens; a slot < 0 or a length of 0 copies nothing): one native call when every set
     is native."""
-    if sets and all(s._native is not None for s in sets):
+    handles = [s._native for s in sets]
+    if handles and None not in handles:
         return _native.continuation_batch(  # type: ignore[no-any-return]
-            [s._native for s in sets],
-            list(slots),
-            list(max_tokens),
+            handles,
+            slots if type(slots) is list else list(slots),
+            max_tokens if type(max_tokens) is list else list(max_tokens),
             [s._codes[slot] for s, slot in zip(sets, slots)],
             max_occurrences,
         )
