@@ -213,9 +213,8 @@ def test_batch_rule_at_shared_prices_is_the_loop(curve, raw, limit, b, mean_draf
 def test_cost_length_reprices_when_the_batch_state_moves():
     policy = learned(cost_policy(16))
     for step in range(40):
-        if step % 5 == 4:  # the other mean alone (and the cache cleared, as note_step does)
+        if step % 5 == 4:  # the other mean alone, set by hand (no cache cleared)
             policy.mean_committed = 1.0 + step / 7.0
-            policy._cost_cache.clear()
         for m, k in ((3, 16), (20, 16), (20, 4), (70, 9)):
             curve = policy.survival.curve("coder", m)
             prices = policy._batch_prices(k)
@@ -238,6 +237,5 @@ def test_cost_length_reprices_when_the_batch_state_moves():
             )
         if step % 3:
             policy.note_step(step % 17, 1 + step % 5)
-        else:  # one mean moves alone
+        else:  # one mean moves alone, set by hand
             policy.mean_draft = step / 3.0
-            policy._cost_cache.clear()

@@ -131,9 +131,11 @@ class DraftLengthPolicy:
             self.step_costs = []
             self.survival = survival or MatchSurvival()
         self.variant = variant
-        # (agent, match bucket, retrieved tokens) -> (survival version, step costs and batch
-        # size it was computed at, best length)
-        self._cost_cache: dict[tuple[str, int, int], tuple[int, list[float], int, int]] = {}
+        # (agent, match bucket, retrieved tokens) -> (survival version, step costs, batch
+        # size and batch means it was computed at, best length)
+        self._cost_cache: dict[
+            tuple[str, int, int], tuple[int, list[float], int, float, float, int]
+        ] = {}
         # (mean draft, mean committed, batch size, step costs, their `batch_prices`)
         self._prices_at: tuple[float, float, int, list[float], list[float]] | None = None
         self.caps = caps if caps is not None else ProfiledCap()
@@ -225,7 +227,7 @@ class DraftLengthPolicy:
         # Requests of one batch step share agents and match buckets, and nothing the rule
         # reads changes between two verifications: remember each answer until a curve may
         # have changed (the survival's version moves at every `observe`), the batch means
-        # move (`note_step`) or the step costs are swapped.
+        # move (`note_step`, or set by hand) or the step costs are swapped.
         survival = self.survival
         key = (agent, min(match_tokens.bit_length(), MATCH_BUCKETS - 1), retrieved_tokens)
         hit = self._cost_cache.get(key)
@@ -234,8 +236,10 @@ class DraftLengthPolicy:
             and hit[0] == survival.version
             and hit[1] is self.step_costs
             and hit[2] == self.batch_size
+            and hit[3] == self.mean_draft
+            and hit[4] == self.mean_committed
         ):
-            return hit[3]
+            return hit[5]
         curve = survival.curve(agent, match_tokens, retrieved_tokens)
         if self.batch_size == 1:
             best = best_length(curve, self.step_costs, retrieved_tokens)
@@ -244,7 +248,14 @@ class DraftLengthPolicy:
             best = best_length_at_prices(
                 curve, self._batch_prices(retrieved_tokens), retrieved_tokens
             )
-        self._cost_cache[key] = (survival.version, self.step_costs, self.batch_size, best)
+        self._cost_cache[key] = (
+            survival.version,
+            self.step_costs,
+            self.batch_size,
+            self.mean_draft,
+            self.mean_committed,
+            best,
+        )
         return best
 
     def draft_lengths(
