@@ -2,10 +2,14 @@
 // makes a loaded file safe to query: a checksum proves the bytes are the ones written,
 // not that whoever wrote them wrote a valid automaton.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "token_index.h"
@@ -135,6 +139,48 @@ struct FileCloser {
 
 }  // namespace
 
+namespace {
+
+// Removes PATH.tmp.<pid>.<n> files that a save killed before its rename left behind
+// (kill -9, a crash): those of a pid that no longer runs here and untouched for ten
+// minutes (the name does not say the host: on a shared file system the pid may be
+// another machine's, whose save in progress writes all the time). A live process's,
+// this one's included, stays. Best effort: errors are ignored.
+void remove_stale_temporaries(const std::string& path) noexcept {
+  try {
+    namespace fs = std::filesystem;
+    const fs::path target(path);
+    const std::string prefix = target.filename().string() + ".tmp.";
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      // <pid>.<n>, both all digits.
+      const std::string rest = name.substr(prefix.size());
+      const size_t dot = rest.find('.');
+      auto digits = [](const std::string& x) {
+        return !x.empty() && x.size() <= 12 &&
+               x.find_first_not_of("0123456789") == std::string::npos;
+      };
+      if (dot == std::string::npos || !digits(rest.substr(0, dot)) ||
+          !digits(rest.substr(dot + 1))) {
+        continue;
+      }
+      const long long pid = std::stoll(rest.substr(0, dot));
+      if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || pid == ::getpid()) continue;
+      if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to know
+      if (!it->is_regular_file(ec)) continue;
+      const auto touched = fs::last_write_time(it->path(), ec);
+      if (ec || fs::file_time_type::clock::now() - touched < std::chrono::minutes(10)) continue;
+      fs::remove(it->path(), ec);
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 void TokenIndex::save(const std::string& path) const {
   Reading guard(*this);  // no writer can change the index while it is written out
   // A name no other save uses (another thread's, or another process's), created with
@@ -182,6 +228,7 @@ void TokenIndex::save(const std::string& path) const {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename " + tmp + " to " + path);
   }
+  remove_stale_temporaries(path);
 }
 
 std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections import Counter
 
 import numpy as np
@@ -217,6 +218,36 @@ def test_save_load_round_trip(tmp_path):
         check_cursor(ref, loaded.match(q, max_match_tokens=10), q, 10)
     with pytest.raises(ValueError, match="read-only"):
         loaded.extend(0, [1])
+
+
+def test_a_save_clears_what_killed_saves_left_behind(tmp_path):
+    """A save killed before its rename (kill -9) leaves PATH.tmp.<pid>.<n>; the next save
+    to PATH removes those of processes that no longer run, untouched for ten minutes (on a
+    shared file system the pid may be another host's), and nothing else."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover
+        os._exit(0)
+    os.waitpid(child, 0)  # a pid that no longer runs
+    path = tmp_path / "g.agidx"
+    stale = tmp_path / f"g.agidx.tmp.{child}.3"
+    live = tmp_path / f"g.agidx.tmp.{os.getpid()}.99"  # this process: may be a save in flight
+    parent = tmp_path / f"g.agidx.tmp.{os.getppid()}.0"  # alive too
+    other = [tmp_path / "g.agidx.tmp.x.1", tmp_path / f"h.agidx.tmp.{child}.0"]
+    recent = tmp_path / f"g.agidx.tmp.{child}.5"  # just written: maybe another host's save
+    hour_ago = time.time() - 3600
+    for f in (stale, live, parent, recent, *other):
+        f.write_bytes(b"partial")
+        if f is not recent:
+            os.utime(f, (hour_ago, hour_ago))
+    (tmp_path / f"g.agidx.tmp.{child}.4").mkdir()  # not a file: stays
+    idx = TokenIndex()
+    idx.extend(0, [1, 2, 3])
+    idx.save(path)
+    assert not stale.exists()
+    assert live.exists() and parent.exists() and recent.exists()
+    assert all(f.exists() for f in other)
+    assert (tmp_path / f"g.agidx.tmp.{child}.4").is_dir()
+    assert TokenIndex.load(path).document(0) == [1, 2, 3]
 
 
 def test_a_frozen_index_answers_as_before_and_takes_no_more_text():
