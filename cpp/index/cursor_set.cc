@@ -296,22 +296,20 @@ void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
 void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,
                         const ContinuationRule* rules, size_t max_occurrences, size_t n,
                         std::vector<Token>* out) {
-  auto one = [&](size_t i) {
+  // One request's draft, under the batch's read guards when given (else its own).
+  auto one = [&](size_t i, const BatchReads* reads) {
     if (slots[i] < 0 || max_tokens[i] <= 0) return;  // no draft for this request
-    out[i] =
-        sets[i]->continuation(size_t(slots[i]), size_t(max_tokens[i]), rules[i], max_occurrences);
+    const size_t slot = size_t(slots[i]), k = size_t(max_tokens[i]);
+    out[i] = reads ? sets[i]->continuation_in(slot, k, rules[i], max_occurrences, *reads, i)
+                   : sets[i]->continuation(slot, k, rules[i], max_occurrences);
   };
   if (!parallel(sets, n)) {
-    for (size_t i = 0; i < n; ++i) one(i);
+    for (size_t i = 0; i < n; ++i) one(i, nullptr);
     return;
   }
   const BatchReads reads(sets, n);
   std::vector<std::exception_ptr> errors(n);
-  each_set(n, errors, [&](size_t i) {
-    if (slots[i] < 0 || max_tokens[i] <= 0) return;
-    out[i] = sets[i]->continuation_in(size_t(slots[i]), size_t(max_tokens[i]), rules[i],
-                                      max_occurrences, reads, i);
-  });
+  each_set(n, errors, [&](size_t i) { one(i, &reads); });
   rethrow_first(errors);
 }
 
