@@ -232,16 +232,13 @@ def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> 
 
 def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
     """`match_lengths` for many requests: one native call when every set is native."""
-    handles = [s._native for s in sets]
-    if handles and None not in handles:
-        flat = _native.match_lengths_batch(handles)
-        out, at = [], 0
-        for s in sets:
-            n = len(s.names)
-            out.append(flat[at : at + n])
-            at += n
-        return out
-    return [s.match_lengths() for s in sets]
+    flat = match_lengths_flat(sets)
+    out, at = [], 0
+    for s in sets:
+        n = len(s.names)
+        out.append(flat[at : at + n])
+        at += n
+    return out
 
 
 def match_lengths_flat(sets: Sequence[CorpusSet]) -> list[int]:
