@@ -580,7 +580,17 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     const Item it = heap.back();
     heap.pop_back();
     ++pops;
+    // A pushed item is popped a few pops later: ask for what its pop will read now (a
+    // large index's states are cache misses), so that those misses overlap.
     auto push = [&heap, this](uint32_t key, int32_t node) {
+      if (node == -1) {
+        __builtin_prefetch(own_next_.data() + key);
+      } else {
+        const State& s = st_[node];
+        if (s.first_child != -1) __builtin_prefetch(st_.data() + s.first_child);
+        if (s.next_sib != -1) __builtin_prefetch(st_.data() + s.next_sib);
+        if (s.own_head != -1) __builtin_prefetch(own_next_.data() + s.own_head);
+      }
       heap.push_back({key, node});
       std::push_heap(heap.begin(), heap.end());
     };
