@@ -11,43 +11,17 @@ from typing import Any
 import numpy as np
 
 from agspec.drafter.protocol import CallDrafter
-from agspec.index.token_index import INT32_MAX
-
-_SHORT_LIST = 64  # lists up to this long are checked in Python
+from agspec.index.token_index import as_tokens, is_token_list
 
 
 def token_array(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np.ndarray:
-    """Token ids as a 1-D int32 array, checked once (vectorized) at the boundary.
+    """Token ids as a 1-D int32 array, checked once at the boundary (`as_tokens`, any
+    integer array accepted once its range is checked).
 
     >>> token_array([5, 6, 7]).tolist()
     [5, 6, 7]
     """
-    if type(tokens) is list and len(tokens) <= _SHORT_LIST:
-        # A step's commit: checked in Python, which costs less than numpy's reductions on a
-        # few elements (the replay lab hands every drafter a list per step).
-        if _valid_ids(tokens):
-            return np.array(tokens, dtype=np.int32)
-    if isinstance(tokens, (str, bytes)):
-        raise TypeError(f"{what} must be a sequence of int token ids, got {type(tokens).__name__}")
-    arr = np.asarray(tokens if isinstance(tokens, np.ndarray) else list(tokens))
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be a flat sequence of token ids, got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{what} must hold int token ids, got dtype {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi > INT32_MAX:
-        raise ValueError(f"{what} must be token ids in [0, 2^31), got values in [{lo}, {hi}]")
-    return np.ascontiguousarray(arr, dtype=np.int32)
-
-
-def _valid_ids(tokens: list[Any]) -> bool:
-    """Whether every element is an int token id in [0, 2^31) (no bools, no floats)."""
-    for t in tokens:
-        if type(t) is not int or t < 0 or t > INT32_MAX:
-            return False
-    return True
+    return as_tokens(tokens, what=what, narrow=True)
 
 
 def check_global_docs(global_docs: Iterable[Sequence[int]] | None) -> list[np.ndarray]:
@@ -202,7 +176,7 @@ class CallLifecycle:
 
     def accept(self, committed_ids: Sequence[int]) -> None:
         self._require_begun("accept")
-        if self.accepts_lists and type(committed_ids) is list and _valid_ids(committed_ids):
+        if self.accepts_lists and type(committed_ids) is list and is_token_list(committed_ids):
             if committed_ids:
                 self._accept(committed_ids)
             return

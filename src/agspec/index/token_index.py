@@ -41,20 +41,53 @@ _RULES: dict[str, _native.ContinuationRule] = {
 INT32_MAX = 2**31 - 1
 
 
-def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np.ndarray:
-    """Checks and converts token ids to a 1-D contiguous int32 array.
+_SHORT_LIST = 64  # lists up to this long are checked in Python (cheaper than numpy's reductions)
 
-    numpy arrays must already be int32 (no silent narrowing); lists and tuples of Python
-    ints are converted. Ids must be in [0, 2^31).
+
+def is_token_list(tokens: list[object]) -> bool:
+    """Whether every element is an int token id in [0, 2^31) (no bools, no floats): a
+    list that can go to the native side as it is.
+
+    >>> is_token_list([0, 5]), is_token_list([True]), is_token_list([2**31])
+    (True, False, False)
     """
+    for t in tokens:
+        if type(t) is not int or t < 0 or t > INT32_MAX:
+            return False
+    return True
+
+
+def as_tokens(
+    tokens: Iterable[int] | np.ndarray, *, what: str = "tokens", narrow: bool = False
+) -> np.ndarray:
+    """Checks and converts token ids to a 1-D contiguous int32 array: the one validator of
+    token ids at the package's boundaries.
+
+    Lists and tuples of Python ints are converted. Ids must be in [0, 2^31). numpy arrays
+    must already be int32 (no silent narrowing), unless `narrow`: then any integer array
+    is taken, its range checked first (the baselines' boundary).
+
+    >>> as_tokens([5, 6, 7]).tolist()
+    [5, 6, 7]
+    >>> as_tokens(np.array([1, 2]), narrow=True).dtype
+    dtype('int32')
+    """
+    if type(tokens) is list and len(tokens) <= _SHORT_LIST and is_token_list(tokens):
+        # A step's commit: checked in Python (the replay lab hands a list per step).
+        return np.array(tokens, dtype=np.int32)
     if isinstance(tokens, np.ndarray):
-        if tokens.dtype != np.int32:
-            raise TypeError(
-                f"{what} must be an int32 array, got dtype {tokens.dtype}; "
-                "convert with .astype(np.int32) after checking the range"
-            )
         if tokens.ndim != 1:
-            raise ValueError(f"{what} must be 1-D, got an array of shape {tokens.shape}")
+            raise ValueError(f"{what} must be flat (1-D), got an array of shape {tokens.shape}")
+        if tokens.dtype != np.int32:
+            if not narrow:
+                raise TypeError(
+                    f"{what} must be an int32 array, got dtype {tokens.dtype}; "
+                    "convert with .astype(np.int32) after checking the range"
+                )
+            if tokens.dtype == np.bool_ or not np.issubdtype(tokens.dtype, np.integer):
+                raise TypeError(f"{what} must hold int token ids, got dtype {tokens.dtype}")
+            _check_range(tokens, what)
+            return np.ascontiguousarray(tokens, dtype=np.int32)
         arr = np.ascontiguousarray(tokens)
     else:
         if isinstance(tokens, (str, bytes)):
@@ -69,7 +102,9 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
         if raw.size == 0:
             return np.zeros(0, dtype=np.int32)
         if raw.ndim != 1:
-            raise ValueError(f"{what} must be 1-D, got nested sequences of shape {raw.shape}")
+            raise ValueError(
+                f"{what} must be flat (1-D), got nested sequences of shape {raw.shape}"
+            )
         if raw.dtype.kind not in "iu":
             bad = next(
                 (i for i, t in enumerate(items) if isinstance(t, bool) or not isinstance(t, int)), 0
@@ -77,14 +112,21 @@ def as_tokens(tokens: Iterable[int] | np.ndarray, *, what: str = "tokens") -> np
             raise TypeError(
                 f"{what}[{bad}] must be an int token id, got {type(items[bad]).__name__}"
             )
-        lo, hi = int(raw.min()), int(raw.max())
-        if lo < 0 or hi > INT32_MAX:
-            i = int(np.argmin(raw)) if lo < 0 else int(np.argmax(raw))
-            raise ValueError(f"{what}[{i}] = {int(raw[i])} is outside [0, 2^31)")
+        _check_range(raw, what)
         arr = raw.astype(np.int32, copy=False)
     if arr.size and int(arr.min()) < 0:
         raise ValueError(f"token ids must be >= 0, got {int(arr.min())} in {what}")
     return arr
+
+
+def _check_range(raw: np.ndarray, what: str) -> None:
+    """ValueError naming the first id outside [0, 2^31) (the array is integer and flat)."""
+    if raw.size == 0:
+        return
+    lo, hi = int(raw.min()), int(raw.max())
+    if lo < 0 or hi > INT32_MAX:
+        i = int(np.argmin(raw)) if lo < 0 else int(np.argmax(raw))
+        raise ValueError(f"{what}[{i}] = {int(raw[i])} is outside [0, 2^31) (token ids)")
 
 
 def check_count(name: str, value: object, *, lo: int = 0, hi: int = INT32_MAX) -> int:
