@@ -7,6 +7,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include "cursor_set.h"
@@ -23,6 +24,18 @@ using agspec::TokenIndex;
 using TokenArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 namespace {
+
+// advance_batch begun (agspec::AdvanceBatch) with what it reads: the sets (held, so that
+// none is freed while a helper moves its cursors) and their tokens. Members go in
+// reverse order: the run (which finishes) before the arrays it reads.
+struct AdvanceJob {
+  nb::list sets;
+  std::vector<CursorSet*> ptrs;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<const Token*> data;
+  std::vector<size_t> lengths;
+  std::unique_ptr<agspec::AdvanceBatch> run;
+};
 
 // Long calls run without the GIL; the index's own guards keep other threads out (a
 // racing call raises IndexStateError).
@@ -256,20 +269,30 @@ NB_MODULE(_native, m) {
         return std::make_tuple(k.first, std::move(k.starts), std::move(k.keys));
       },
       nb::arg("tokens"), nb::arg("separator"), nb::arg("known"));
+  nb::class_<AdvanceJob>(m, "AdvanceJob").def("finish", [](AdvanceJob& job) { job.run->finish(); });
   m.def(
-      "advance_batch",
-      [](const std::vector<CursorSet*>& sets, const std::vector<std::vector<int32_t>>& tokens) {
-        if (sets.size() != tokens.size()) {
+      "advance_batch_begin",
+      [](nb::list sets, std::vector<std::vector<int32_t>> tokens) {
+        auto job = std::make_unique<AdvanceJob>();
+        const size_t n = nb::len(sets);
+        if (n != tokens.size()) {
           throw agspec::ArgumentError("advance_batch: one token list per cursor set");
         }
-        std::vector<const Token*> data(sets.size());
-        std::vector<size_t> lengths(sets.size());
-        for (size_t i = 0; i < sets.size(); ++i) {
-          if (sets[i] == nullptr) throw agspec::ArgumentError("advance_batch: a set is None");
-          data[i] = tokens[i].data();
-          lengths[i] = tokens[i].size();
+        job->sets = sets;  // the sets stay alive while helpers may work on them
+        job->tokens = std::move(tokens);
+        job->ptrs.resize(n);
+        job->data.resize(n);
+        job->lengths.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+          nb::handle h = sets[i];
+          if (h.is_none()) throw agspec::ArgumentError("advance_batch: a set is None");
+          job->ptrs[i] = nb::cast<CursorSet*>(h);
+          job->data[i] = job->tokens[i].data();
+          job->lengths[i] = job->tokens[i].size();
         }
-        agspec::advance_batch(sets.data(), data.data(), lengths.data(), sets.size());
+        job->run = std::make_unique<agspec::AdvanceBatch>(job->ptrs.data(), job->data.data(),
+                                                          job->lengths.data(), n);
+        return job;
       },
       nb::arg("sets"), nb::arg("tokens"));
   m.def(

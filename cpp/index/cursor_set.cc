@@ -210,11 +210,45 @@ void prepare_batch(size_t num_sets) {
 
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n) {
-  if (!parallel(sets, n)) {
-    std::exception_ptr first_error;
-    for (size_t i = 0; i < n; ++i) {
+  AdvanceBatch(sets, tokens, lengths, n).finish();
+}
+
+AdvanceBatch::AdvanceBatch(CursorSet* const* sets, const Token* const* tokens,
+                           const size_t* lengths, size_t n)
+    : sets_(sets), tokens_(tokens), lengths_(lengths), n_(n), parallel_(parallel(sets, n)) {
+  if (!parallel_) return;
+  errors_.resize(n);
+  moved_.assign(n, 0);
+  reads_ = std::make_unique<BatchReads>(sets, n);  // dropped before the appends, which write
+  cursors_.start((n + kSetsPerTask - 1) / kSetsPerTask, [this](size_t t) {
+    for (size_t i = t * kSetsPerTask; i < std::min(n_, (t + 1) * kSetsPerTask); ++i) {
+      if (lengths_[i] == 0) continue;
       try {
-        sets[i]->advance(tokens[i], lengths[i]);
+        CursorSet::check_ids(tokens_[i], lengths_[i]);
+        sets_[i]->advance_cursors(tokens_[i], lengths_[i], reads_.get(), i);
+        moved_[i] = 1;
+      } catch (...) {
+        errors_[i] = std::current_exception();
+      }
+    }
+  });
+}
+
+AdvanceBatch::~AdvanceBatch() {
+  try {
+    finish();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot raise it
+  }
+}
+
+void AdvanceBatch::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (!parallel_) {
+    std::exception_ptr first_error;
+    for (size_t i = 0; i < n_; ++i) {
+      try {
+        sets_[i]->advance(tokens_[i], lengths_[i]);
       } catch (...) {
         if (!first_error) first_error = std::current_exception();
       }
@@ -222,25 +256,22 @@ void advance_batch(CursorSet* const* sets, const Token* const* tokens, const siz
     if (first_error) std::rethrow_exception(first_error);
     return;
   }
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<char> moved(n, 0);  // the set's cursors moved: its appends follow
-  {
-    const BatchReads reads(sets, n);  // dropped before the appends, which write
-    each_set(n, errors, [&](size_t i) {
-      if (lengths[i] == 0) return;
-      CursorSet::check_ids(tokens[i], lengths[i]);
-      sets[i]->advance_cursors(tokens[i], lengths[i], &reads, i);
-      moved[i] = 1;
-    });
-  }
+  cursors_.finish();
+  reads_.reset();
+  appends();
+  rethrow_first(errors_);
+}
+
+void AdvanceBatch::appends() {
+  CursorSet* const* sets = sets_;
   // The appends, grouped by index: (index, set, append), in set order within an index.
   struct Job {
     const TokenIndex* index;
     uint32_t set, append;
   };
   std::vector<Job> jobs;
-  for (size_t i = 0; i < n; ++i) {
-    if (!moved[i]) continue;
+  for (size_t i = 0; i < n_; ++i) {
+    if (!moved_[i]) continue;
     const auto& appends = sets[i]->appends_;
     for (size_t k = 0; k < appends.size(); ++k) {
       jobs.push_back(Job{appends[k].index.get(), uint32_t(i), uint32_t(k)});
@@ -262,19 +293,18 @@ void advance_batch(CursorSet* const* sets, const Token* const* tokens, const siz
     for (size_t j = groups[g].first; j < groups[g].second; ++j) {
       const Job& job = jobs[j];
       try {
-        sets[job.set]->append_at(job.append, tokens[job.set], lengths[job.set]);
+        sets[job.set]->append_at(job.append, tokens_[job.set], lengths_[job.set]);
       } catch (...) {
         append_errors[j] = std::current_exception();
       }
     }
   });
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (append_errors[j] && !errors[jobs[j].set]) errors[jobs[j].set] = append_errors[j];
+    if (append_errors[j] && !errors_[jobs[j].set]) errors_[jobs[j].set] = append_errors[j];
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (moved[i]) sets[i]->drop_closed_appends();
+  for (size_t i = 0; i < n_; ++i) {
+    if (moved_[i]) sets[i]->drop_closed_appends();
   }
-  rethrow_first(errors);
 }
 
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {

@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <vector>
 
 #include "token_index.h"
+#include "workers.h"
 
 namespace agspec {
 
@@ -65,7 +67,7 @@ class CursorSet {
 
  private:
   friend class BatchReads;
-  friend void advance_batch(CursorSet* const*, const Token* const*, const size_t*, size_t);
+  friend class AdvanceBatch;
   friend void match_lengths_batch(CursorSet* const*, size_t, int32_t*);
   friend void continuation_batch(CursorSet* const*, const int64_t*, const int64_t*,
                                  const ContinuationRule*, size_t, size_t, std::vector<Token>*);
@@ -111,6 +113,36 @@ class CursorSet {
 // Asking for the next sets' memory ahead was tried and measured slower.
 void advance_batch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths,
                    size_t n);
+
+// advance_batch in two halves, for a caller with other work to do meanwhile (an engine
+// step's policy update): the constructor enters the indexes and hands the cursors' phase
+// to the helpers; finish() runs what is left of it on the caller, then the appends, and
+// raises the first error, as advance_batch. Where advance_batch runs on the caller alone,
+// everything happens in finish(). Until finish() the arrays must stay valid and nothing
+// may touch these sets, and their indexes are held for reading (a writer in another
+// thread waits, then gives up as it does for any reader). The destructor finishes
+// (dropping the error) when finish() was not called.
+class AdvanceBatch {
+ public:
+  AdvanceBatch(CursorSet* const* sets, const Token* const* tokens, const size_t* lengths, size_t n);
+  AdvanceBatch(const AdvanceBatch&) = delete;
+  AdvanceBatch& operator=(const AdvanceBatch&) = delete;
+  ~AdvanceBatch();
+  void finish();
+
+ private:
+  void appends();  // the second phase, once every cursor moved
+  CursorSet* const* sets_;
+  const Token* const* tokens_;
+  const size_t* lengths_;
+  size_t n_;
+  bool parallel_;
+  bool finished_ = false;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<char> moved_;  // the set's cursors moved: its appends follow
+  std::unique_ptr<BatchReads> reads_;
+  TaskRun cursors_;
+};
 // A caller about to step num_sets sets in batches (an engine step, before its own work on
 // the committed tokens): gets the helper threads up when the batch will use them.
 void prepare_batch(size_t num_sets);

@@ -70,10 +70,18 @@ class Pool {
     work_cv_.notify_all();
   }
 
-  // false (nothing run): another thread's call has the helpers.
+  // false (nothing run): another call has the helpers.
   bool run(size_t n, const std::function<void(size_t)>& task) {
-    std::unique_lock<std::mutex> mine(run_mu_, std::try_to_lock);
-    if (!mine.owns_lock()) return false;
+    if (!begin(n, task)) return false;
+    end(n, task);
+    return true;
+  }
+
+  // The helpers start on task(0) .. task(n - 1); false (nothing handed out): another call
+  // has them (another thread's, or this thread's own between begin and end).
+  bool begin(size_t n, const std::function<void(size_t)>& task) {
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Helpers still inside the previous call only fail to claim a task, but they read
@@ -87,10 +95,15 @@ class Pool {
       published_.store(generation_, std::memory_order_release);
     }
     work_cv_.notify_all();
+    return true;
+  }
+
+  // After begin(n, task): the tasks no helper claimed, on the caller; returns once all are done.
+  void end(size_t n, const std::function<void(size_t)>& task) {
     claim(task, n);
     // Tasks a helper claimed may still run: the outputs are whole once all are counted.
     while (done_.load(std::memory_order_acquire) < n) std::this_thread::yield();
-    return true;
+    busy_.store(false, std::memory_order_release);
   }
 
  private:
@@ -135,8 +148,8 @@ class Pool {
   }
 
   const size_t num_helpers_;
-  std::mutex run_mu_;  // held by the one call that uses the helpers
-  std::mutex mu_;      // guards the fields below up to active_
+  std::atomic<bool> busy_{false};  // held by the one call that uses the helpers
+  std::mutex mu_;                  // guards the fields below up to active_
   std::condition_variable work_cv_, idle_cv_;
   const std::function<void(size_t)>* task_ = nullptr;
   size_t num_tasks_ = 0;
@@ -192,6 +205,27 @@ void run_tasks(size_t n, const std::function<void(size_t)>& task) {
   Pool* p = n > 1 ? pool() : nullptr;
   if (p != nullptr && p->run(n, task)) return;
   for (size_t i = 0; i < n; ++i) task(i);
+}
+
+void TaskRun::start(size_t n, std::function<void(size_t)> task) {
+  finish();
+  task_ = std::move(task);
+  n_ = n;
+  pending_ = true;
+  Pool* p = n > 1 ? pool() : nullptr;
+  pool_ = p != nullptr && p->begin(n, task_) ? p : nullptr;
+}
+
+void TaskRun::finish() {
+  if (!pending_) return;
+  pending_ = false;
+  if (pool_ != nullptr) {
+    static_cast<Pool*>(pool_)->end(n_, task_);
+    pool_ = nullptr;
+  } else {
+    for (size_t i = 0; i < n_; ++i) task_(i);
+  }
+  task_ = nullptr;
 }
 
 void wake_batch_threads() {

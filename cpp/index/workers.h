@@ -18,6 +18,28 @@ namespace agspec {
 // the helpers are started again), runs every task on the caller.
 void run_tasks(size_t n, const std::function<void(size_t)>& task);
 
+// run_tasks in two halves, for a caller with other work to do while the helpers start:
+// start() hands task(0) .. task(n - 1) to the helpers and returns at once; finish() runs
+// the tasks no helper has claimed on the caller and returns when every task is done.
+// Where run_tasks would run everything on the caller (no helpers, another call holding
+// them, a forked child), start() hands out nothing and finish() runs every task. The
+// task, and all it reads, must stay valid until finish(); the destructor finishes.
+class TaskRun {
+ public:
+  TaskRun() = default;
+  TaskRun(const TaskRun&) = delete;
+  TaskRun& operator=(const TaskRun&) = delete;
+  ~TaskRun() { finish(); }
+  void start(size_t n, std::function<void(size_t)> task);
+  void finish();
+
+ private:
+  std::function<void(size_t)> task_;
+  size_t n_ = 0;
+  void* pool_ = nullptr;  // the pool that holds the tasks, between start() and finish()
+  bool pending_ = false;  // started and not finished
+};
+
 // Gets sleeping helpers spinning for the next call (a caller about to make batched calls
 // after other work: an engine step's first call would otherwise wait for them to wake).
 void wake_batch_threads();

@@ -230,7 +230,15 @@ void batch_threads_scenario() {
     agspec::advance_batch(a.raw.data(), data.data(), lengths.data(), kSets);
     agspec::match_lengths_batch(a.raw.data(), kSets, la.data());
     agspec::set_batch_threads(4);
-    agspec::advance_batch(b.raw.data(), data.data(), lengths.data(), kSets);
+    if (step % 2 == 0) {
+      agspec::advance_batch(b.raw.data(), data.data(), lengths.data(), kSets);
+    } else {
+      // Begun, the caller busy with its own work while the helpers move the cursors.
+      agspec::AdvanceBatch job(b.raw.data(), data.data(), lengths.data(), kSets);
+      volatile uint64_t busy = 0;
+      for (int k = 0; k < 20000; ++k) busy = busy + uint64_t(k);
+      job.finish();
+    }
     agspec::match_lengths_batch(b.raw.data(), kSets, lb.data());
     if (la != lb) fail("batch threads: match lengths differ at step " + std::to_string(step));
     std::vector<int64_t> slots(kSets), max_tokens(kSets);

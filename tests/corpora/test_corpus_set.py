@@ -200,3 +200,76 @@ def test_step_batch_refusing_one_request_leaves_the_others_whole():
     batch[2].accept(drafts[2] + [9])
     with pytest.raises(ValueError, match="max_tokens"):
         step_batch(batch, [None, None, None], -1)
+
+
+def _shared_sets(num_sets: int) -> tuple[TokenIndex, TokenIndex, list[CorpusSet]]:
+    """Sets over one shared live index (each appending its own document) and one other."""
+    shared, other = TokenIndex(), TokenIndex()
+    shared.extend(0, [5, 6, 7, 8, 9, 5, 6, 1])
+    other.extend(0, [1, 2, 3, 4])
+    sets = [
+        CorpusSet(
+            [("shared", shared, "first"), ("other", other, "first")],
+            [5, 6],
+            appends=[(shared, 1 + i)],
+        )
+        for i in range(num_sets)
+    ]
+    return shared, other, sets
+
+
+def test_a_begun_batch_advance_is_the_one_at_a_time_advance():
+    """advance_batch_begin on helper threads, the caller busy in between, then finish:
+    the documents and match lengths of advancing each set in turn."""
+    from agspec import _native
+    from agspec.corpora.corpus_set import advance_batch_begin, match_lengths_batch
+
+    rng = random.Random(3)
+    steps = [[[rng.randrange(1, 10) for _ in range(rng.randrange(1, 5))] for _ in range(40)]
+             for _ in range(6)]  # fmt: skip
+    _native.set_batch_threads(2)
+    try:
+        shared, _, sets = _shared_sets(40)
+        oshared, _, osets = _shared_sets(40)
+        for committed in steps:
+            finish = advance_batch_begin(sets, committed)
+            busy = sum(range(20_000))  # the caller's own work meanwhile
+            finish()
+            for s, c in zip(osets, committed):
+                s.advance(c)
+            assert busy and match_lengths_batch(sets) == [s.match_lengths() for s in osets]
+        for i in range(40):
+            assert shared.document(1 + i) == oshared.document(1 + i)
+    finally:
+        _native.set_batch_threads(0)
+
+
+def test_a_begun_batch_advance_raises_at_finish_and_finishes_when_dropped():
+    """A bad id is raised by finish (the other sets moved); a job dropped unfinished still
+    moves and appends everything before it is freed; a writer of a held index gives up
+    (IndexStateError) instead of waiting for the job forever."""
+    import gc
+
+    from agspec import _native
+    from agspec.corpora.corpus_set import advance_batch_begin
+    from agspec.index.token_index import IndexStateError
+
+    _native.set_batch_threads(2)
+    try:
+        shared, _, sets = _shared_sets(20)
+        finish = advance_batch_begin(sets, [[7]] * 19 + [[-1]])
+        with pytest.raises(ValueError, match="token ids must be >= 0"):
+            finish()
+        assert [shared.document(1 + i) for i in range(19)] == [[7]] * 19
+        with pytest.raises(KeyError):
+            shared.document(20)  # the refused set appended nothing
+        advance_batch_begin(sets, [[8]] * 20)  # dropped at once
+        gc.collect()
+        assert [shared.document(1 + i) for i in range(20)] == [[7, 8]] * 19 + [[8]]
+        finish = advance_batch_begin(sets, [[9]] * 20)
+        with pytest.raises(IndexStateError):
+            shared.extend(100, [1, 2])  # the job holds the index for reading
+        finish()
+        assert shared.document(1) == [7, 8, 9]
+    finally:
+        _native.set_batch_threads(0)

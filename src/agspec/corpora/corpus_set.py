@@ -31,7 +31,7 @@ then workspace over session) is `[("global", δ), ("workspace", 0), ("session", 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,12 +222,38 @@ def prepare_batch(num_sets: int) -> None:
 
 def advance_batch(sets: Sequence[CorpusSet], committed: Sequence[list[int]]) -> None:
     """`advance` for many requests: one native call when every set is native."""
+    advance_batch_begin(sets, committed)()
+
+
+def advance_batch_begin(
+    sets: Sequence[CorpusSet], committed: Sequence[list[int]]
+) -> Callable[[], None]:
+    """`advance_batch` begun: with native sets, the helper threads start moving the
+    cursors while the caller does other work, and the returned function finishes it (the
+    rest of the cursors, then the appends) and raises what `advance_batch` raises. Until
+    then nothing may touch these sets (an engine step updates its length policy
+    meanwhile) and their indexes are held for reading. Call the function once, in a
+    `finally`; a job dropped unfinished finishes when it is freed (dropping its error).
+
+    >>> cs = CorpusSet([("a", TokenIndex(), "first")], [1, 2])
+    >>> finish = advance_batch_begin([cs], [[3]])
+    >>> finish()
+    >>> cs.match_lengths()
+    [0]
+    """
     handles = [s._native for s in sets]
     if None not in handles:
-        _native.advance_batch(handles, committed if type(committed) is list else list(committed))
-        return
-    for s, c in zip(sets, committed):
-        s.advance(c)
+        job = _native.advance_batch_begin(
+            handles, committed if type(committed) is list else list(committed)
+        )
+        return job.finish  # type: ignore[no-any-return]
+    pairs = list(zip(sets, committed))
+
+    def finish() -> None:
+        for s, c in pairs:
+            s.advance(c)
+
+    return finish
 
 
 def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from agspec.corpora.corpus_set import (
     CorpusSet,
-    advance_batch,
+    advance_batch_begin,
     continuation_batch,
     match_lengths_batch,
     match_lengths_flat,
@@ -129,12 +129,17 @@ def step_batch(
         # Every call whose tokens were checked gets them into its policy, then its corpora,
         # even when a later call's tokens were refused: no call is left half accepted.
         if applied:
-            if shared is not None:
-                policy = shared.lengths
-                policy.observe_batch(agents, decisions, accepted)
-                if shared.batch_cost_mode:
-                    policy.note_steps(drafted, sizes)
-            advance_batch([call._corpora for call in applied], moved)  # type: ignore[misc]
+            # The helper threads move the cursors while the policy learns (it touches no
+            # corpus); then the rest of the cursors and the appends.
+            finish = advance_batch_begin([call._corpora for call in applied], moved)  # type: ignore[misc]
+            try:
+                if shared is not None:
+                    policy = shared.lengths
+                    policy.observe_batch(agents, decisions, accepted)
+                    if shared.batch_cost_mode:
+                        policy.note_steps(drafted, sizes)
+            finally:
+                finish()
         if shared is not None:
             _count(shared, applied, sizes)
         else:
