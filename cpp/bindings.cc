@@ -251,6 +251,7 @@ NB_MODULE(_native, m) {
            })
       .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
            nb::arg("rule"), nb::arg("max_occurrences"))
+      .def("set_order", &CursorSet::set_order, nb::arg("order"))
       .def("flush", &CursorSet::flush)
       .def("__len__", &CursorSet::size);
 
@@ -308,6 +309,17 @@ NB_MODULE(_native, m) {
         return out;
       },
       nb::arg("sets"));
+  m.def(
+      "match_picks_batch",
+      [](const std::vector<CursorSet*>& sets, int32_t min_match) {
+        for (const CursorSet* s : sets) {
+          if (s == nullptr) throw agspec::ArgumentError("match_picks_batch: a set is None");
+        }
+        std::vector<int32_t> out(2 * sets.size());
+        agspec::match_picks_batch(sets.data(), sets.size(), min_match, out.data());
+        return out;
+      },
+      nb::arg("sets"), nb::arg("min_match"));
   m.def(
       "continuation_batch",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,

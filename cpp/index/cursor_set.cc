@@ -26,6 +26,26 @@ void CursorSet::add_append(std::shared_ptr<TokenIndex> index, int64_t doc_id) {
   appends_.push_back(Append{std::move(index), doc_id, {}, TokenIndex::kNoSlot});
 }
 
+void CursorSet::set_order(std::vector<std::pair<int32_t, int32_t>> order) {
+  for (const auto& [slot, margin] : order) {
+    if (slot < 0 || size_t(slot) >= cursors_.size()) {
+      throw ArgumentError("set_order: slot " + std::to_string(slot) + " out of range (" +
+                          std::to_string(cursors_.size()) + " cursors)");
+    }
+  }
+  order_ = std::move(order);
+}
+
+int32_t CursorSet::pick(const int32_t* lengths) const {
+  int32_t best_after = 0, winner = -1;
+  for (const auto& [slot, margin] : order_) {
+    const int32_t m = lengths[slot];
+    if (int64_t(m) > int64_t(best_after) + margin) winner = slot;
+    if (m > best_after) best_after = m;
+  }
+  return winner;
+}
+
 void CursorSet::remove_append(const TokenIndex* index) {
   std::vector<Append> kept;
   for (auto& a : appends_) {
@@ -321,6 +341,21 @@ void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out) {
   const BatchReads reads(sets, n);
   each_set(n, errors, [&](size_t i) { sets[i]->match_lengths_in(out + offsets[i], reads, i); });
   rethrow_first(errors);
+}
+
+void match_picks_batch(CursorSet* const* sets, size_t n, int32_t min_match, int32_t* picks) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += sets[i]->size();
+  std::vector<int32_t> lengths(total);
+  match_lengths_batch(sets, n, lengths.data());
+  const int32_t* at = lengths.data();
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t slot = sets[i]->pick(at);
+    const int32_t m = slot >= 0 ? at[slot] : 0;
+    picks[2 * i] = slot >= 0 && m >= min_match ? slot : -1;
+    picks[2 * i + 1] = picks[2 * i] >= 0 ? m : 0;
+    at += sets[i]->size();
+  }
 }
 
 void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,

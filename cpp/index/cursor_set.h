@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "token_index.h"
@@ -64,6 +65,13 @@ class CursorSet {
   std::vector<Token> continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                   size_t max_occurrences);
   size_t size() const { return cursors_.size(); }
+  // The source preference over the slots, least preferred first: (slot, margin) pairs.
+  // A slot wins over every slot before it when its match is longer than theirs by more
+  // than its margin; the last winner is picked (agspec.corpora.corpus_set.CorpusSet.pick,
+  // the reference). Slots outside [0, size()) raise ArgumentError.
+  void set_order(std::vector<std::pair<int32_t, int32_t>> order);
+  // The slot that order picks for these match lengths (one per slot), or -1.
+  int32_t pick(const int32_t* lengths) const;
 
  private:
   friend class BatchReads;
@@ -83,6 +91,7 @@ class CursorSet {
                                      size_t max_occurrences, const BatchReads& reads, size_t self);
   void append_at(size_t k, const Token* tokens, size_t n);
   void drop_closed_appends();
+  std::vector<std::pair<int32_t, int32_t>> order_;
   std::vector<MatchCursor> cursors_;
   // indexes_[i] is cursors_[i]'s index. The set holds it (the cursor alone holds it
   // weakly), so a step need not take a weak reference per cursor: the memory of a
@@ -149,6 +158,10 @@ void prepare_batch(size_t num_sets);
 // match_lengths() of many sets into out, set after set (on batch_threads() threads for a
 // large batch; the first error, in set order, is raised).
 void match_lengths_batch(CursorSet* const* sets, size_t n, int32_t* out);
+// match_lengths_batch, then each set's pick (CursorSet::pick) of its lengths: picks[2i] is
+// set i's slot (-1: none picked, or a match shorter than min_match) and picks[2i + 1] that
+// slot's match length (0 with -1).
+void match_picks_batch(CursorSet* const* sets, size_t n, int32_t min_match, int32_t* picks);
 // continuation() of many sets: out[i] gets sets[i]'s continuation from slots[i], at most
 // max_tokens[i] tokens (nothing when slots[i] < 0 or max_tokens[i] <= 0). Threads and
 // errors as match_lengths_batch.

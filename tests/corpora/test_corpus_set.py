@@ -273,3 +273,41 @@ def test_a_begun_batch_advance_raises_at_finish_and_finishes_when_dropped():
         assert shared.document(1) == [7, 8, 9]
     finally:
         _native.set_batch_threads(0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=3, max_size=6),
+    st.lists(st.lists(st.integers(0, 3), max_size=6), min_size=1, max_size=5),
+    st.permutations(["a", "b", "c"]),
+    st.lists(st.integers(-2, 4), min_size=3, max_size=3),
+    st.integers(0, 3),
+)
+def test_the_native_batched_pick_is_the_python_pick(docs, tails, names, margins, min_match):
+    """match_picks_flat in C++ (native sets) gives what pick_at gives in Python (the same
+    sets on a non-native engine), for any order and margins, with the min_match gate."""
+    from agspec.corpora.corpus_set import match_picks_flat
+
+    order = [SourceRule(n, m) for n, m in zip(names, margins)][: 1 + len(docs) % 3]
+    worlds = []
+    for wrap in (lambda ix: ix, NotNative):
+        ixs = [TokenIndex() for _ in range(3)]
+        for i, d in enumerate(docs):
+            ixs[i % 3].extend(i, d)
+        sets = [
+            CorpusSet([(n, wrap(ix), "first") for n, ix in zip("abc", ixs)], tail, order=order)
+            for tail in tails
+        ]
+        worlds.append(sets)
+    native, python = worlds
+    assert all(s.is_native for s in native) and not any(s.is_native for s in python)
+    assert match_picks_flat(native, min_match) == match_picks_flat(python, min_match)
+
+
+def test_a_native_order_with_a_slot_out_of_range_is_refused():
+    from agspec import _native
+
+    cs = CorpusSet([("a", TokenIndex(), "first")], [1])
+    with pytest.raises(ValueError, match="out of range"):
+        cs._native.set_order([(0, 0), (1, 2)])
+    assert isinstance(cs._native, _native.CursorSet)

@@ -119,6 +119,9 @@ class CorpusSet:
                 raise
             for ix, doc_id in appends:
                 cursors.add_append(ix._native, doc_id)
+            # The preference, for the batched pick (`match_picks_flat`; `pick_at` here is
+            # its reference and the path of other engines).
+            cursors.set_order(self._order)
             self._native = cursors
         else:
             arr = as_tokens(tail_list, what="tail")
@@ -274,6 +277,35 @@ def match_lengths_flat(sets: Sequence[CorpusSet]) -> list[int]:
     if handles and None not in handles:
         return _native.match_lengths_batch(handles)  # type: ignore[no-any-return]
     return [m for s in sets for m in s.match_lengths()]
+
+
+def match_picks_flat(sets: Sequence[CorpusSet], min_match: int) -> list[int]:
+    """Each set's source pick of its current matches, two entries per set: the slot
+    (`pick`; -1 when none, or when that match is shorter than `min_match`) and that match's
+    length (0 with -1). One native call when every set is native (the matches read as in
+    `match_lengths_flat`, the preference applied in C++: docs/index.md).
+
+    >>> a, b = TokenIndex(), TokenIndex()
+    >>> a.extend(0, [1, 2, 3]); b.extend(0, [7, 1, 2, 3])
+    >>> cs = CorpusSet([("a", a, "first"), ("b", b, "first")], [9, 1, 2],
+    ...                order=[SourceRule("a", 2), SourceRule("b")])
+    >>> match_picks_flat([cs], 1), match_picks_flat([cs], 3)   # a needs more than b + 2
+    ([1, 2], [-1, 0])
+    """
+    handles = [s._native for s in sets]
+    if handles and None not in handles:
+        return _native.match_picks_batch(handles, min_match)  # type: ignore[no-any-return]
+    flat = match_lengths_flat(sets)
+    out: list[int] = []
+    at = 0
+    for s in sets:
+        slot = s.pick_at(flat, at)
+        m = flat[at + slot] if slot >= 0 else 0
+        if m < min_match:
+            slot, m = -1, 0
+        out += (slot, m)
+        at += len(s.names)
+    return out
 
 
 def continuation_batch(

@@ -12,7 +12,7 @@ from agspec.corpora.corpus_set import (
     advance_batch_begin,
     continuation_batch,
     match_lengths_batch,
-    match_lengths_flat,
+    match_picks_flat,
     prepare_batch,
 )
 from agspec.drafter.call import AgSpecCall
@@ -188,32 +188,27 @@ def _propose(
     """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once
     (every match read in one call first; each call's last draft is reset here)."""
     n = len(calls)
-    flat = match_lengths_flat(sets)  # set i's lengths from the sum of the earlier sizes
+    # Each request's source pick and its match, long enough to draft from (slot -1: none).
+    picks = match_picks_flat(sets, server.min_match_tokens)
     drafts: list[list[int]] = [[] for _ in range(n)]
-    # The requests with a match the source preference picks, long enough to draft from.
     picked: list[int] = []
     picked_calls: list[AgSpecCall] = []
     picked_sets: list[CorpusSet] = []
     slots: list[int] = []
     matches: list[int] = []
     available: list[int] = []
-    min_match = server.min_match_tokens
-    at = 0
     for i, (call, cs, k) in enumerate(zip(calls, sets, caps)):
         call._draft = []
         call._decision = None
         call.last_source = None
         call.last_match_length = 0
-        if k > 0:
-            slot = cs.pick_at(flat, at)
-            if slot >= 0 and (m := flat[at + slot]) >= min_match:
-                picked.append(i)
-                picked_calls.append(call)
-                picked_sets.append(cs)
-                slots.append(slot)
-                matches.append(m)
-                available.append(k)
-        at += len(cs.names)
+        if k > 0 and (slot := picks[2 * i]) >= 0:
+            picked.append(i)
+            picked_calls.append(call)
+            picked_sets.append(cs)
+            slots.append(slot)
+            matches.append(picks[2 * i + 1])
+            available.append(k)
     if not picked:
         return drafts
     native = all(cs.is_native for cs in sets)
