@@ -252,6 +252,7 @@ NB_MODULE(_native, m) {
       .def("continuation", &CursorSet::continuation, nb::arg("slot"), nb::arg("max_tokens"),
            nb::arg("rule"), nb::arg("max_occurrences"))
       .def("set_order", &CursorSet::set_order, nb::arg("order"))
+      .def("match_pick", &CursorSet::match_pick, nb::arg("min_match"))
       .def("flush", &CursorSet::flush)
       .def("__len__", &CursorSet::size);
 

@@ -46,6 +46,19 @@ int32_t CursorSet::pick(const int32_t* lengths) const {
   return winner;
 }
 
+std::pair<int32_t, int32_t> CursorSet::pick_at_least(const int32_t* lengths,
+                                                     int32_t min_match) const {
+  const int32_t slot = pick(lengths);
+  if (slot < 0 || lengths[slot] < min_match) return {-1, 0};
+  return {slot, lengths[slot]};
+}
+
+std::pair<int32_t, int32_t> CursorSet::match_pick(int32_t min_match) {
+  std::vector<int32_t> lengths(cursors_.size());
+  match_lengths(lengths.data());
+  return pick_at_least(lengths.data(), min_match);
+}
+
 void CursorSet::remove_append(const TokenIndex* index) {
   std::vector<Append> kept;
   for (auto& a : appends_) {
@@ -350,10 +363,9 @@ void match_picks_batch(CursorSet* const* sets, size_t n, int32_t min_match, int3
   match_lengths_batch(sets, n, lengths.data());
   const int32_t* at = lengths.data();
   for (size_t i = 0; i < n; ++i) {
-    const int32_t slot = sets[i]->pick(at);
-    const int32_t m = slot >= 0 ? at[slot] : 0;
-    picks[2 * i] = slot >= 0 && m >= min_match ? slot : -1;
-    picks[2 * i + 1] = picks[2 * i] >= 0 ? m : 0;
+    const auto [slot, m] = sets[i]->pick_at_least(at, min_match);
+    picks[2 * i] = slot;
+    picks[2 * i + 1] = m;
     at += sets[i]->size();
   }
 }

@@ -72,6 +72,11 @@ class CursorSet {
   void set_order(std::vector<std::pair<int32_t, int32_t>> order);
   // The slot that order picks for these match lengths (one per slot), or -1.
   int32_t pick(const int32_t* lengths) const;
+  // pick() of these lengths as (slot, its length), (-1, 0) when none was picked or its
+  // match is shorter than min_match.
+  std::pair<int32_t, int32_t> pick_at_least(const int32_t* lengths, int32_t min_match) const;
+  // match_lengths(), then pick_at_least(): one request's step in one call.
+  std::pair<int32_t, int32_t> match_pick(int32_t min_match);
 
  private:
   friend class BatchReads;

@@ -143,6 +143,18 @@ class CorpusSet:
             return self._native.match_lengths()  # type: ignore[no-any-return]
         return [c.match_length for c in self._cursors]
 
+    def match_pick(self, min_match: int) -> tuple[int, int]:
+        """(`pick` of the current match lengths, that match's length), or (-1, 0) when none
+        is picked or that match is shorter than `min_match`: one native call (the
+        preference applied in C++, as in `match_picks_flat`)."""
+        if self._native is not None:
+            return self._native.match_pick(min_match)  # type: ignore[no-any-return]
+        lengths = self.match_lengths()
+        slot = self.pick_at(lengths, 0)
+        if slot < 0 or lengths[slot] < min_match:
+            return -1, 0
+        return slot, lengths[slot]
+
     def advance(self, committed: list[int]) -> None:
         """Feeds one step's committed tokens (checked ids) to every cursor, then appends
         them to every append document."""
@@ -295,16 +307,9 @@ def match_picks_flat(sets: Sequence[CorpusSet], min_match: int) -> list[int]:
     handles = [s._native for s in sets]
     if handles and None not in handles:
         return _native.match_picks_batch(handles, min_match)  # type: ignore[no-any-return]
-    flat = match_lengths_flat(sets)
     out: list[int] = []
-    at = 0
     for s in sets:
-        slot = s.pick_at(flat, at)
-        m = flat[at + slot] if slot >= 0 else 0
-        if m < min_match:
-            slot, m = -1, 0
-        out += (slot, m)
-        at += len(s.names)
+        out += s.match_pick(min_match)
     return out
 
 

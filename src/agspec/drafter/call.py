@@ -156,7 +156,10 @@ class AgSpecCall:
             return []
         corpora = self._corpora
         assert corpora is not None
-        slot, want, m = self._plan(corpora.match_lengths(), max_tokens)
+        slot, m = corpora.match_pick(self.session.server.min_match_tokens)
+        if slot < 0:
+            return []
+        want = self._length(slot, m, max_tokens)
         if want == 0:
             return []
         draft = corpora.continuation(slot, want, max_occurrences=self._max_occurrences)
@@ -170,9 +173,15 @@ class AgSpecCall:
         if slot < 0:
             return -1, 0, 0
         m = lengths[slot]
-        server = self.session.server
-        if m < server.min_match_tokens:
+        if m < self.session.server.min_match_tokens:
             return -1, 0, 0
+        return slot, self._length(slot, m, max_tokens), m
+
+    def _length(self, slot: int, m: int, max_tokens: int) -> int:
+        """The draft length from the match of the picked slot (m >= min_match_tokens)."""
+        corpora = self._corpora
+        assert corpora is not None
+        server = self.session.server
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
         policy = server.lengths
         want = policy.length_tokens(
@@ -182,7 +191,7 @@ class AgSpecCall:
             # The best length over [0, want] bounds the one over [0, retrieved]; when it is
             # 0 (most short matches on a CPU), skip the continuation altogether.
             want = policy.cost_length(self.agent, m, want)
-        return slot, want, m
+        return want
 
     def _take(self, draft: list[int], slot: int, want: int, m: int) -> list[int]:
         """Records the draft of this step (after the continuation was copied)."""
