@@ -28,6 +28,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import floor
 
 from agspec.policy._state import atomic_write_text, check_int
 from agspec.policy.caps import (
@@ -196,13 +197,20 @@ class DraftLengthPolicy:
         (match_tokens >= 1) and looked up the cap of variants "cap" and "cap+scale" once
         (the drafter's hot path: no checks, no decision object)."""
         variant = self.variant
-        if variant == "cost":
-            length = self.cost_bound_tokens
-        elif variant == "cap+scale" or variant == "cap":
+        if variant == "cap+scale" or variant == "cap":
             assert cap_tokens is not None
             scale = self.scale
-            alpha = scale.alpha(agent) if variant == "cap+scale" and scale else 1.0
-            length = min(max(1, math.floor(alpha * match_tokens)), cap_tokens)
+            if variant == "cap+scale" and scale is not None:
+                # `OnlineScale.alpha`, inlined (the drafter asks this every step).
+                length = floor(scale.scales.get(agent, scale.config.alpha_init) * match_tokens)
+            else:
+                length = floor(1.0 * match_tokens)
+            if length < 1:
+                length = 1
+            if cap_tokens < length:
+                length = cap_tokens
+        elif variant == "cost":
+            length = self.cost_bound_tokens
         elif variant == "static":
             length = self.static_tokens
         else:

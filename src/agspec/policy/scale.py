@@ -15,6 +15,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from math import isfinite
 from pathlib import Path
 
 from agspec.policy._state import atomic_write_text, check_int, finite_number, read_state_file
@@ -101,13 +102,21 @@ class OnlineScale:
         self, agent: str, drafted_tokens: int, accept_length: int, censored_by_cap: bool
     ) -> float:
         """`update` for a caller that checked its numbers (the drafter's hot path)."""
-        alpha = self.scales.get(agent, self.config.alpha_init)
+        cfg = self.config
+        alpha = self.scales.get(agent, cfg.alpha_init)
         if drafted_tokens == 0:
             return alpha
         full = accept_length == drafted_tokens
         if full and censored_by_cap:
             return alpha
-        alpha = self._clip(alpha + self.config.step_size * (float(full) - self.p_star))
+        alpha = alpha + cfg.step_size * (float(full) - self.p_star)
+        # `_clip`, inlined (the same comparisons).
+        if not isfinite(alpha):
+            alpha = cfg.alpha_init
+        elif alpha < cfg.alpha_min:
+            alpha = cfg.alpha_min
+        elif alpha > cfg.alpha_max:
+            alpha = cfg.alpha_max
         self.scales[agent] = alpha
         return alpha
 
