@@ -159,11 +159,18 @@ def interp(costs: Sequence[float], y: float) -> float:
     return costs[i] + (costs[i + 1] - costs[i]) * (y - i)
 
 
+def step_cost(step_costs, mean_draft):
+    """C(mean draft), never below the cheapest measured step (a falling profile's
+    extrapolation can reach 0)."""
+    c = interp(step_costs, mean_draft)
+    return c if c > 0.0 else min(step_costs)
+
+
 def prices_as_a_loop(step_costs, *, batch_size, mean_draft, mean_committed):
     b = float(batch_size)
     x0 = mean_draft * (b - 1.0) / b
     base = interp(step_costs, x0)
-    rho = b * mean_committed / interp(step_costs, mean_draft)
+    rho = b * mean_committed / step_cost(step_costs, mean_draft)
     return [0.0] + [
         rho * (interp(step_costs, x0 + n / b) - base) for n in range(1, len(step_costs))
     ]
@@ -176,7 +183,7 @@ def batch_rule_as_a_loop(curve, step_costs, limit, *, batch_size, mean_draft, me
     limit = min(limit, len(curve), len(step_costs) - 1)
     x0 = mean_draft * (b - 1.0) / b
     base = interp(step_costs, x0)
-    rho = b * mean_committed / interp(step_costs, mean_draft)
+    rho = b * mean_committed / step_cost(step_costs, mean_draft)
     best, best_value, expected = 0, 0.0, 0.0
     for n in range(1, limit + 1):
         expected += curve[n - 1]
@@ -188,6 +195,7 @@ def batch_rule_as_a_loop(curve, step_costs, limit, *, batch_size, mean_draft, me
 
 @settings(max_examples=300, deadline=None)
 @example([0.5, 0.25], [1.0, 1.5, 2.0], 2, 4, -1.0, 1.0)  # x0 + L/B <= 0: C(0)
+@example([0.0], [1.0, 0.5], 0, 1, 2.0, 0.5)  # a falling profile extrapolated to C = 0
 @given(
     st.lists(st.floats(0.0, 1.0), min_size=1, max_size=20).map(
         lambda ps: [math.prod(ps[: k + 1]) for k in range(len(ps))]

@@ -118,7 +118,12 @@ def batch_prices(
     b = float(batch_size)
     x0 = mean_draft * (b - 1.0) / b
     base = _interp(step_costs, x0)
-    rho = b * mean_committed / _interp(step_costs, mean_draft)
+    step = _interp(step_costs, mean_draft)
+    if step <= 0.0:
+        # A profile whose last measured costs fall, extrapolated far enough, reaches 0: a
+        # step never costs less than the cheapest measured one.
+        step = min(step_costs)
+    rho = b * mean_committed / step
     top = len(step_costs) - 1 if max_tokens is None else min(max_tokens, len(step_costs) - 1)
     prices = [0.0]
     last = len(step_costs) - 2
