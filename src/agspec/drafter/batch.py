@@ -211,13 +211,14 @@ def _propose(
             available.append(k)
     if not picked:
         return drafts
-    native = all(cs.is_native for cs in sets)
+    native = None not in [cs._native for cs in picked_sets]
     policy = server.lengths
     wants = policy.draft_lengths(
         [call.agent for call in picked_calls],
         matches,
         available,
-        [call._cap for call in picked_calls],
+        # The cost rule reads no cap.
+        None if policy.variant == "cost" else [call._cap for call in picked_calls],
         # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
         None if native else [cs.engine_max_tokens(s) for cs, s in zip(picked_sets, slots)],
     )

@@ -271,11 +271,12 @@ class DraftLengthPolicy:
         agents: Sequence[str],
         match_tokens: Sequence[int],
         available_tokens: Sequence[int],
-        cap_tokens: Sequence[int | None],
+        cap_tokens: Sequence[int | None] | None,
         engine_max_tokens: Sequence[int | None] | None = None,
     ) -> list[int]:
         """The draft lengths of one batch step's requests (the drafter's hot path, checked
-        arguments as for `length_tokens`, `engine_max_tokens` None: no engine bounds any):
+        arguments as for `length_tokens`, `engine_max_tokens` None: no engine bounds any;
+        `cap_tokens` None: no caps, for the variants that read none):
         for request i `length_tokens(...)`, then in variant "cost" `cost_length(...)` of
         that, as `AgSpecCall` asks them one request at a time, with the same answers.
 
@@ -285,6 +286,10 @@ class DraftLengthPolicy:
         [6, 2]
         """
         variant = self.variant
+        if cap_tokens is None:
+            if variant in ("cap+scale", "cap"):
+                raise ValueError(f"variant {variant!r} needs the requests' cap_tokens")
+            cap_tokens = [None] * len(agents)  # the other variants read no cap
         if engine_max_tokens is not None or variant not in ("cost", "cap+scale", "cap"):
             engines = engine_max_tokens or [None] * len(agents)
             out = [
