@@ -215,10 +215,13 @@ bool parallel(CursorSet* const* sets, size_t n) {
   return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
 }
 
-// fn(i) for every set, a few sets per task; errors[i] keeps what fn(i) raised.
+size_t num_set_tasks(size_t n) { return (n + kSetsPerTask - 1) / kSetsPerTask; }
+
+// The task of run_tasks / TaskRun that runs fn(i) for a few sets of n (task t: sets
+// t * kSetsPerTask onwards); errors[i] keeps what fn(i) raised.
 template <class Fn>
-void each_set(size_t n, std::vector<std::exception_ptr>& errors, Fn fn) {
-  run_tasks((n + kSetsPerTask - 1) / kSetsPerTask, [&](size_t t) {
+auto set_task(size_t n, std::exception_ptr* errors, Fn fn) {
+  return [n, errors, fn](size_t t) {
     for (size_t i = t * kSetsPerTask; i < std::min(n, (t + 1) * kSetsPerTask); ++i) {
       try {
         fn(i);
@@ -226,7 +229,13 @@ void each_set(size_t n, std::vector<std::exception_ptr>& errors, Fn fn) {
         errors[i] = std::current_exception();
       }
     }
-  });
+  };
+}
+
+// fn(i) for every set, on the helpers; errors[i] keeps what fn(i) raised.
+template <class Fn>
+void each_set(size_t n, std::vector<std::exception_ptr>& errors, Fn fn) {
+  run_tasks(num_set_tasks(n), set_task(n, errors.data(), fn));
 }
 
 void rethrow_first(const std::vector<std::exception_ptr>& errors) {
@@ -253,18 +262,12 @@ AdvanceBatch::AdvanceBatch(CursorSet* const* sets, const Token* const* tokens,
   errors_.resize(n);
   moved_.assign(n, 0);
   reads_ = std::make_unique<BatchReads>(sets, n);  // dropped before the appends, which write
-  cursors_.start((n + kSetsPerTask - 1) / kSetsPerTask, [this](size_t t) {
-    for (size_t i = t * kSetsPerTask; i < std::min(n_, (t + 1) * kSetsPerTask); ++i) {
-      if (lengths_[i] == 0) continue;
-      try {
-        CursorSet::check_ids(tokens_[i], lengths_[i]);
-        sets_[i]->advance_cursors(tokens_[i], lengths_[i], reads_.get(), i);
-        moved_[i] = 1;
-      } catch (...) {
-        errors_[i] = std::current_exception();
-      }
-    }
-  });
+  cursors_.start(num_set_tasks(n), set_task(n, errors_.data(), [this](size_t i) {
+                   if (lengths_[i] == 0) return;
+                   CursorSet::check_ids(tokens_[i], lengths_[i]);
+                   sets_[i]->advance_cursors(tokens_[i], lengths_[i], reads_.get(), i);
+                   moved_[i] = 1;
+                 }));
 }
 
 AdvanceBatch::~AdvanceBatch() {
