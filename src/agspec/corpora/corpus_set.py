@@ -149,7 +149,12 @@ class CorpusSet:
         preference applied in C++, as in `match_picks_flat`)."""
         if self._native is not None:
             return self._native.match_pick(min_match)  # type: ignore[no-any-return]
-        lengths = self.match_lengths()
+        return self.pick_at_least(self.match_lengths(), min_match)
+
+    def pick_at_least(self, lengths: Sequence[int], min_match: int) -> tuple[int, int]:
+        """(`pick` of these lengths, that length), or (-1, 0) when none is picked or that
+        match is shorter than `min_match` (the native `CursorSet::pick_at_least`'s
+        reference)."""
         slot = self.pick_at(lengths, 0)
         if slot < 0 or lengths[slot] < min_match:
             return -1, 0

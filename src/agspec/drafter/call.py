@@ -169,11 +169,8 @@ class AgSpecCall:
         """Source slot, draft length and match length for these match lengths (policy)."""
         corpora = self._corpora
         assert corpora is not None
-        slot = corpora.pick(lengths)
+        slot, m = corpora.pick_at_least(lengths, self.session.server.min_match_tokens)
         if slot < 0:
-            return -1, 0, 0
-        m = lengths[slot]
-        if m < self.session.server.min_match_tokens:
             return -1, 0, 0
         return slot, self._length(slot, m, max_tokens), m
 

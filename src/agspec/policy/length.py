@@ -204,7 +204,7 @@ class DraftLengthPolicy:
                 # `OnlineScale.alpha`, inlined (the drafter asks this every step).
                 length = floor(scale.scales.get(agent, scale.config.alpha_init) * match_tokens)
             else:
-                length = floor(1.0 * match_tokens)
+                length = match_tokens  # α = 1
             if length < 1:
                 length = 1
             if cap_tokens < length:
