@@ -7,6 +7,8 @@
 #include <limits>
 #include <thread>
 
+#include "workers.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -454,8 +456,128 @@ void TokenIndex::extend(int64_t doc_id, const Token* tokens, size_t n, uint32_t*
 void TokenIndex::freeze() {
   if (frozen()) return;
   Writing guard(*this);                 // waits for an extend in flight (or raises StateError)
+  if (frozen()) return;                 // another thread's freeze got in first
   std::vector<Token>().swap(pos_tok_);  // no cursor re-checks new positions of a frozen index
+  build_frequent_picks();               // before frozen_: a reader that sees it finds them
   frozen_.store(true, std::memory_order_release);
+}
+
+uint32_t TokenIndex::frequent_choice(const uint32_t* positions, size_t n) const {
+  // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
+  struct Group {
+    Token key[3];
+    uint32_t count;
+    uint32_t first;  // index in `positions` of its most recent occurrence
+  };
+  Group groups[64];
+  size_t num_groups = 0;
+  n = std::min<size_t>(n, 64);
+  // The occurrences are random places in a large index: fetch their (document, offset)
+  // entries, then their tokens, all at once, so the cache misses overlap instead of
+  // queueing one behind the other.
+  for (size_t i = 0; i < n; ++i) prefetch_position(positions[i]);
+  for (size_t i = 0; i < n; ++i) prefetch_next_tokens(positions[i]);
+  for (size_t i = 0; i < n; ++i) {
+    Token key[3] = {-1, -1, -1};
+    next_tokens(positions[i], key, 3);
+    size_t k = 0;
+    while (k < num_groups && !std::equal(key, key + 3, groups[k].key)) ++k;
+    if (k < num_groups) {
+      ++groups[k].count;
+    } else {
+      groups[num_groups++] = Group{{key[0], key[1], key[2]}, 1, uint32_t(i)};
+    }
+  }
+  const Group* best = &groups[0];
+  for (size_t k = 1; k < num_groups; ++k) {
+    if (groups[k].count > best->count) best = &groups[k];  // strict: recent wins ties
+  }
+  return positions[best->first];
+}
+
+// Every state's kFrequent pick at kPickOccurrences, in one post-order walk of the
+// suffix-link tree: a state's kPickOccurrences most recent positions are the most
+// recent of its own positions and of its children's lists (the subtree's positions are
+// those), so each list is merged from the lists below it, kept per level of the walk's
+// stack (no recursion). A state with one child and no own positions has that child's
+// list, hence its pick. O(states x kPickOccurrences) merging, plus the reads of the next
+// tokens of each list's positions. The tree is as deep as the longest repeated string:
+// below kPickDepth levels the walk takes a subtree's list from recent_positions instead
+// of walking it, and those states keep kNoPick (their continuation reads them as before).
+void TokenIndex::build_frequent_picks() {
+  std::vector<uint32_t> picks(st_.size(), kNoPick);
+  // The root's subtrees are independent: one task each, on the batch threads (each writes
+  // the picks of its own states only). A task that fails (memory) leaves its states lazy.
+  std::vector<int32_t> tops;
+  for (int32_t c = st_[0].first_child; c != -1; c = st_[c].next_sib) tops.push_back(c);
+  run_tasks(tops.size(), [&](size_t i) {
+    try {
+      pick_subtree(tops[i], picks.data());
+    } catch (...) {
+    }
+  });
+  frequent_picks_ = std::move(picks);
+}
+
+void TokenIndex::pick_subtree(int32_t top, uint32_t* picks) const {
+  constexpr size_t K = kPickOccurrences;
+  struct Level {
+    int32_t state;
+    int32_t next_child;  // the next child to walk, -1 when all were
+    uint32_t size;       // positions in this level's list
+  };
+  std::vector<Level> stack;
+  std::vector<uint32_t> lists;  // K per level: the state's list, most recent first
+  uint32_t merged[K];
+  // Merges list b (most recent first) into level d's list, keeping the K most recent.
+  auto merge_into = [&](size_t d, const uint32_t* b, size_t nb) {
+    const uint32_t* a = lists.data() + d * K;
+    const size_t na = stack[d].size;
+    size_t i = 0, j = 0, n = 0;
+    while (n < K && (i < na || j < nb)) {
+      merged[n++] = (j >= nb || (i < na && a[i] > b[j])) ? a[i++] : b[j++];
+    }
+    std::copy(merged, merged + n, lists.data() + d * K);
+    stack[d].size = uint32_t(n);
+  };
+  stack.push_back({top, st_[top].first_child, 0});
+  lists.resize(K);
+  while (!stack.empty()) {
+    const size_t d = stack.size() - 1;
+    const int32_t child = stack[d].next_child;
+    if (child != -1) {
+      stack[d].next_child = st_[child].next_sib;
+      if (stack.size() >= kPickDepth) {  // too deep: the child's subtree is left lazy
+        const auto below = recent_positions(child, K);
+        merge_into(d, below.data(), below.size());
+        continue;
+      }
+      stack.push_back({child, st_[child].first_child, 0});
+      if (lists.size() < stack.size() * K) lists.resize(2 * stack.size() * K);
+      continue;
+    }
+    const int32_t v = stack[d].state;
+    const State& s = st_[v];
+    if (s.own_head != -1) {  // own positions: a chain, most recent first
+      uint32_t own[K];
+      size_t n = 0;
+      for (int32_t g = s.own_head; g != -1 && n < K; g = own_next_[g]) own[n++] = uint32_t(g);
+      merge_into(d, own, n);
+    }
+    const uint32_t* list = lists.data() + d * K;
+    const size_t n = stack[d].size;
+    const int32_t only =
+        s.first_child != -1 && st_[s.first_child].next_sib == -1 ? s.first_child : -1;
+    if (n > 0) {
+      if (s.own_head == -1 && only != -1 && picks[only] != kNoPick) {
+        picks[v] = picks[only];  // the same list as its one child's
+      } else {
+        picks[v] = n == 1 ? list[0] : frequent_choice(list, n);
+      }
+    }
+    if (d > 0) merge_into(d - 1, list, n);
+    stack.pop_back();
+  }
 }
 
 void TokenIndex::remove(int64_t doc_id) {
@@ -536,7 +658,9 @@ size_t TokenIndex::num_bytes() const {
   size_t b = edges_.num_bytes();
   b += st_.capacity() * sizeof(State);
   b += (edge_next_.capacity() + own_next_.capacity() + edge_token_.capacity()) * sizeof(int32_t);
-  b += (pos_doc_.capacity() + pos_off_.capacity() + pos_tok_.capacity()) * sizeof(uint32_t);
+  b += (pos_doc_.capacity() + pos_off_.capacity() + pos_tok_.capacity() +
+        frequent_picks_.capacity()) *
+       sizeof(uint32_t);
   for (const auto& d : docs_) b += sizeof(Doc) + d.tokens.capacity() * sizeof(Token);
   b += doc_slot_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
   return b;
@@ -885,6 +1009,11 @@ std::vector<Token> MatchCursor::continue_from(const TokenIndex& index, size_t ma
       throw ArgumentError("unknown continuation rule");
   }
   if (idx->frozen()) {
+    // Built before the index was marked frozen (freeze, load).
+    if (max_occurrences == TokenIndex::kPickOccurrences &&
+        idx->frequent_picks_[state_] != TokenIndex::kNoPick) {
+      return idx->tokens_after(idx->frequent_picks_[state_], max_tokens);
+    }
     std::lock_guard<std::mutex> guard(idx->frequent_cache_mu_);
     const auto hit = idx->frequent_cache_.find(state_);
     if (hit != idx->frequent_cache_.end() && hit->second.max_occurrences == max_occurrences) {
@@ -892,36 +1021,8 @@ std::vector<Token> MatchCursor::continue_from(const TokenIndex& index, size_t ma
     }
   }
   const auto positions = idx->recent_positions(state_, std::max<size_t>(1, max_occurrences));
-  // Group by the next 3 tokens; most frequent group wins, ties to the most recent.
-  struct Group {
-    Token key[3];
-    size_t count;
-    size_t first;  // index in `positions` of its most recent occurrence
-  };
-  Group groups[64];
-  size_t num_groups = 0;
-  const size_t considered = std::min<size_t>(positions.size(), 64);
-  // The occurrences are random places in a large index: fetch their (document, offset)
-  // entries, then their tokens, all at once, so the cache misses overlap instead of
-  // queueing one behind the other.
-  for (size_t i = 0; i < considered; ++i) idx->prefetch_position(positions[i]);
-  for (size_t i = 0; i < considered; ++i) idx->prefetch_next_tokens(positions[i]);
-  for (size_t i = 0; i < considered; ++i) {
-    Token key[3] = {-1, -1, -1};
-    idx->next_tokens(positions[i], key, 3);
-    size_t k = 0;
-    while (k < num_groups && !std::equal(key, key + 3, groups[k].key)) ++k;
-    if (k < num_groups) {
-      ++groups[k].count;
-    } else {
-      groups[num_groups++] = Group{{key[0], key[1], key[2]}, 1, i};
-    }
-  }
-  const Group* best = &groups[0];
-  for (size_t k = 1; k < num_groups; ++k) {
-    if (groups[k].count > best->count) best = &groups[k];  // strict: recent wins ties
-  }
-  const uint32_t chosen = positions[best->first];
+  if (positions.empty()) return {};  // a state with no position (only in a broken file)
+  const uint32_t chosen = idx->frequent_choice(positions.data(), positions.size());
   if (idx->frozen() && max_occurrences <= UINT32_MAX) {
     std::lock_guard<std::mutex> guard(idx->frequent_cache_mu_);
     if (idx->frequent_cache_.size() >= TokenIndex::kFrequentCacheEntries) {

@@ -285,8 +285,19 @@ class TokenIndex {
   mutable uint64_t recent_cache_epoch_ = ~uint64_t{0};
   mutable size_t recent_cache_positions_ = 0;
   // A frozen index never changes, so the occurrence the kFrequent rule picks for a state
-  // is fixed: remember it (bounded; starts over when full). The rule reads up to 64
-  // occurrences at random places of a large index (the global corpus) each time.
+  // is fixed. The rule reads up to 64 occurrences at random places of a large index (the
+  // global corpus) each time, so a frozen index keeps every state's pick at the
+  // drafter's kPickOccurrences (frequent_picks_[state], 4 bytes a state, built by freeze
+  // and load in one pass over the suffix-link tree: build_frequent_picks), and remembers
+  // the picks asked at other counts as they come (bounded; starts over when full).
+  static constexpr size_t kPickOccurrences = 32;
+  static constexpr size_t kPickDepth = 4096;         // levels of the walk (see the .cc)
+  static constexpr uint32_t kNoPick = ~uint32_t{0};  // a state left to the lazy path
+  std::vector<uint32_t> frequent_picks_;             // empty until frozen
+  void build_frequent_picks();
+  void pick_subtree(int32_t top, uint32_t* picks) const;  // one root subtree's picks
+  // The kFrequent rule's choice among positions (most recent first; 1 <= n <= 64).
+  uint32_t frequent_choice(const uint32_t* positions, size_t n) const;
   struct FrequentEntry {
     uint32_t position;
     uint32_t max_occurrences;

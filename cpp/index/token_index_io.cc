@@ -294,6 +294,7 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   // The checksum only says the bytes are the ones written; a file edited on purpose and
   // given a new checksum must not reach a query unverified.
   idx->check_structure(path);
+  idx->build_frequent_picks();  // derived, so never read from the file (and never stale)
   idx->frozen_.store(true);
   return idx;
 }

@@ -92,6 +92,19 @@ int main() {
       agspec::MatchCursor c2(loaded, int32_t(cap));
       c2.extend(fed.data(), fed.size());
       if (c2.match_length() != ref.match(fed, cap)) return fail("loaded match", round);
+      // A loaded (frozen) index answers "frequent" at 32 from the picks built at load;
+      // the live index computes each answer afresh.
+      for (int q = 0; q < 20; ++q) {
+        std::vector<Token> query(1 + rng() % 8);
+        for (auto& t : query) t = Token(rng() % alphabet);
+        agspec::MatchCursor live(idx, int32_t(cap)), frozen(loaded, int32_t(cap));
+        live.extend(query.data(), query.size());
+        frozen.extend(query.data(), query.size());
+        if (live.continuation(8, agspec::ContinuationRule::kFrequent, 32) !=
+            frozen.continuation(8, agspec::ContinuationRule::kFrequent, 32)) {
+          return fail("loaded frequent pick", round);
+        }
+      }
     }
   }
   std::printf("token_index_test: 300 rounds passed\n");

@@ -275,6 +275,44 @@ def test_a_frozen_index_answers_as_before_and_takes_no_more_text():
     idx.freeze()  # idempotent
 
 
+def test_a_frozen_index_picks_frequent_occurrences_as_the_brute_force_rule(tmp_path):
+    """A frozen index answers the 32-occurrence "frequent" rule from picks built for every
+    state at freeze (and again at load); those equal the brute-force rule, for a built and
+    a loaded index, on text whose suffix-link tree is deeper than the walk goes (a run of
+    one token 6000 long: below 4096 levels the states stay on the lazy path)."""
+    rng = np.random.default_rng(11)
+    docs = [rng.integers(0, 4, size=400).tolist() for _ in range(5)]
+    docs.append([7] * 6000 + [1, 7, 7, 2] * 50)
+    idx, ref = TokenIndex(), BruteIndex()
+    for d, toks in enumerate(docs):
+        idx.extend(d, toks)
+        ref.extend(d, toks)
+    idx.freeze()
+    path = tmp_path / "g.agidx"
+    idx.save(path)
+    loaded = TokenIndex.load(path)
+    queries = [rng.integers(0, 4, size=10).tolist() for _ in range(60)]
+    queries += [[7] * n for n in (1, 2, 40, 63)] + [[7] * 20 + [1, 7, 7], [2, 7, 7]]
+    for q in queries:
+        want = ref.continuation(q, 64, 6, "frequent", 32)
+        for index in (idx, loaded):
+            assert (
+                index.match(q, max_match_tokens=64).continuation(6, "frequent", max_occurrences=32)
+                == want
+            ), q
+    # Matches deeper than the walk (4096 levels) answer from the lazy path, the same way.
+    for n in (4095, 4097, 5000):
+        q = [7] * n
+        want = ref.continuation(q, 6000, 6, "frequent", 32)
+        for index in (idx, loaded):
+            assert (
+                index.match(q, max_match_tokens=6000).continuation(
+                    6, "frequent", max_occurrences=32
+                )
+                == want
+            ), n
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
