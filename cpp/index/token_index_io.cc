@@ -19,7 +19,10 @@ namespace agspec {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'G', 'S', 'P', 'E', 'C', 'I', 'X'};
-constexpr uint32_t kFormatVersion = 4;
+// Version 5 appends the frozen index's frequent picks (TokenIndex::frequent_picks_);
+// version 4 files (without them) still load, the picks built at load.
+constexpr uint32_t kFormatVersion = 5;
+constexpr uint32_t kOldestVersion = 4;
 constexpr uint32_t kEndianMark = 0x01020304;
 
 struct Header {
@@ -217,6 +220,9 @@ void TokenIndex::save(const std::string& path) const {
   w.pod<uint64_t>(edges_.size_);
   w.vec(edges_.keys_);
   w.vec(edges_.vals_);
+  // The picks' occurrence count, then the picks (none when the index is live).
+  w.pod<uint64_t>(frequent_picks_.empty() ? 0 : kPickOccurrences);
+  w.vec(frequent_picks_);
   h.payload_bytes = w.bytes();
   h.checksum = w.checksum();
   ok = ok && w.ok() && std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(&h, sizeof(h), 1, f) == 1;
@@ -248,9 +254,10 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   if (h.endian != kEndianMark) {
     throw FormatError(path + " was written on a machine of other byte order");
   }
-  if (h.version != kFormatVersion) {
+  if (h.version < kOldestVersion || h.version > kFormatVersion) {
     throw FormatError(path + " has index format version " + std::to_string(h.version) +
-                      "; this build reads version " + std::to_string(kFormatVersion));
+                      "; this build reads versions " + std::to_string(kOldestVersion) + " to " +
+                      std::to_string(kFormatVersion));
   }
   const uint64_t have = uint64_t(size) - sizeof(Header);
   if (have != h.payload_bytes) {
@@ -287,6 +294,11 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   idx->edges_.size_ = r.pod<uint64_t>();
   r.vec(&idx->edges_.keys_);
   r.vec(&idx->edges_.vals_);
+  uint64_t pick_occurrences = 0;
+  if (h.version >= 5) {
+    pick_occurrences = r.pod<uint64_t>();
+    r.vec(&idx->frequent_picks_);
+  }
   if (!r.done()) throw FormatError(path + " is corrupt: trailing bytes");
   if (r.checksum() != h.checksum) throw FormatError(path + " is corrupt: checksum mismatch");
 
@@ -294,7 +306,25 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   // The checksum only says the bytes are the ones written; a file edited on purpose and
   // given a new checksum must not reach a query unverified.
   idx->check_structure(path);
-  idx->build_frequent_picks();  // derived, so never read from the file (and never stale)
+  // The picks a file holds are used when they are for this build's occurrence count and
+  // for every state; each must be a position (or kNoPick), so that a query stays in bounds
+  // (an edited file's picks can only make drafts worse, never reach outside the index).
+  // Otherwise (a version 4 file, a live index saved) they are built here.
+  auto& picks = idx->frequent_picks_;
+  if (pick_occurrences == kPickOccurrences && picks.size() == idx->st_.size()) {
+    const size_t np = idx->pos_doc_.size();
+    for (const uint32_t g : picks) {
+      if (g != kNoPick && g >= np)
+        throw FormatError(path + " is corrupt: a frequent pick out of range");
+    }
+  } else if (pick_occurrences != 0 || !picks.empty()) {
+    if (pick_occurrences == kPickOccurrences || pick_occurrences == 0) {
+      throw FormatError(path + " is corrupt: frequent picks for another number of states");
+    }
+    idx->build_frequent_picks();  // another build's occurrence count
+  } else {
+    idx->build_frequent_picks();
+  }
   idx->frozen_.store(true);
   return idx;
 }

@@ -27,8 +27,9 @@ HERE = Path(__file__).resolve()
 M64 = (1 << 64) - 1
 
 # --------------------------------------------------------------------- the file format
-# Mirrors cpp/index/token_index_io.cc (format version 4): a 32-byte header, then a payload of
+# Mirrors cpp/index/token_index_io.cc (format version 5): a 32-byte header, then a payload of
 # sections each zero-padded to 8 bytes; the checksum runs over the payload's 8-byte words.
+# Version 4 is the same without the last two sections (the frequent picks).
 STATE_FIELDS = [
     "len", "link", "first_child", "next_sib", "prev_sib", "own_head", "edge_head",
     "in_tok", "in_tgt", "first_pos", "last_pos",
@@ -80,6 +81,8 @@ class IndexFile:
     edges_size: int
     keys: np.ndarray  # uint64
     vals: np.ndarray  # int32
+    pick_occurrences: int  # 0 and no picks: a live index's file
+    picks: np.ndarray  # uint32, one per state (a frozen index's)
     header: bytes = field(default=b"", repr=False)
 
     @classmethod
@@ -118,12 +121,12 @@ class IndexFile:
             states = states.reshape(0, 11)
         out = cls(
             docs, epoch, states, vec("<i4"), vec("<i4"), vec("<i4"), vec("<u4"), vec("<u4"),
-            u64(), vec("<u8"), vec("<i4"), header=data[:32],
+            u64(), vec("<u8"), vec("<i4"), u64(), vec("<u4"), header=data[:32],
         )  # fmt: skip
         assert pos == len(data)
         return out
 
-    def payload(self) -> bytes:
+    def payload(self, version: int = 5) -> bytes:
         parts: list[bytes] = []
 
         def pad(b: bytes) -> bytes:
@@ -151,13 +154,17 @@ class IndexFile:
         parts.append(struct.pack("<Q", self.edges_size & M64))
         vec(self.keys, "<u8")
         vec(self.vals, "<i4")
+        if version >= 5:
+            parts.append(struct.pack("<Q", self.pick_occurrences & M64))
+            vec(self.picks, "<u4")
         return b"".join(parts)
 
-    def to_bytes(self) -> bytes:
-        """The file, with payload size and checksum recomputed: the loader sees no damage."""
-        payload = self.payload()
-        head = self.header[:16] + struct.pack("<QQ", len(payload), checksum(payload))
-        return head + payload
+    def to_bytes(self, version: int = 5) -> bytes:
+        """The file, with payload size and checksum recomputed: the loader sees no damage
+        (`version=4`: the format before the frequent picks)."""
+        payload = self.payload(version)
+        head = self.header[:8] + struct.pack("<I", version) + self.header[12:16]
+        return head + struct.pack("<QQ", len(payload), checksum(payload)) + payload
 
 
 def saved_bytes(idx: TokenIndex, tmp: Path) -> bytes:
@@ -184,6 +191,8 @@ def base_indexes() -> list[TokenIndex]:
             idx.extend(d, [rng.randrange(alphabet) for _ in range(n)])
         for d in removes:
             idx.remove(d)
+        if len(out) % 2:
+            idx.freeze()  # its file carries the frequent picks
         out.append(idx)
     return out
 
@@ -340,11 +349,18 @@ def _epoch(f: IndexFile, rng: random.Random) -> None:
     f.epoch = rng.randrange(1 << 64)
 
 
+def _pick_entry(f: IndexFile, rng: random.Random) -> None:
+    if len(f.picks):
+        f.picks[rng.randrange(len(f.picks))] = _rand_value(rng, len(f.pos_doc)) & 0xFFFFFFFF
+    elif rng.random() < 0.5:
+        f.pick_occurrences = rng.choice([1, 32, 2**63])
+
+
 MUTATIONS = [
     _set_state_field, _set_state_field, _set_state_field, _link_cycle, _link_to_longer,
     _link_minus_one, _transition_to_root, _transition_back, _empty_positions, _full_table,
     _table_entry, _array_entry, _array_entry, _array_length, _swap_states, _doc_field,
-    _doc_field, _epoch,
+    _doc_field, _epoch, _pick_entry,
 ]  # fmt: skip
 
 
@@ -461,6 +477,11 @@ NAMED_EDITS = {
     "empty position table": (0, lambda f: _empty_positions(f, random.Random(1))),
     "full transition table": (4, lambda f: _full_table(f, random.Random(1), keep_count=True)),
     "position chain cycle": (2, lambda f: f.own_next.__setitem__(5, 5)),
+    "frequent pick out of range": (1, lambda f: f.picks.__setitem__(1, len(f.pos_doc))),
+    "frequent picks for another number of states": (
+        1,
+        lambda f: setattr(f, "picks", f.picks[:-1]),
+    ),  # fmt: skip
     "child list cycle": (
         4,
         lambda f: f.states.__setitem__(
@@ -475,6 +496,27 @@ def test_the_file_helpers_round_trip(tmp_path):
     for idx in base_indexes():
         data = saved_bytes(idx, tmp_path)
         assert IndexFile.parse(data).to_bytes() == data
+
+
+def test_a_version_4_file_loads_and_builds_its_frequent_picks(tmp_path):
+    """A file of the format before the picks (version 4) loads, and answers "frequent" as
+    the index it was saved from; a version 5 file of a frozen index holds one pick per
+    state, each a position."""
+    idx = base_indexes()[1]
+    assert idx.frozen
+    f = IndexFile.parse(saved_bytes(idx, tmp_path))
+    assert f.pick_occurrences == 32 and len(f.picks) == len(f.states)
+    assert int(f.picks[1:].max()) < len(f.pos_doc)
+    path = tmp_path / "v4.agidx"
+    path.write_bytes(f.to_bytes(version=4))
+    old = TokenIndex.load(path)
+    for doc_id in idx.document_ids():
+        toks = idx.document(doc_id)
+        for end in range(1, len(toks)):
+            q = toks[max(0, end - 6) : end]
+            assert old.match(q).continuation(8, "frequent", max_occurrences=32) == idx.match(
+                q
+            ).continuation(8, "frequent", max_occurrences=32)
 
 
 @pytest.mark.parametrize("name", sorted(NAMED_EDITS))
