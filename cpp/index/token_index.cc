@@ -198,8 +198,9 @@ size_t EdgeTable::slot_of(uint64_t k) const {
 int32_t EdgeTable::get(int32_t state, Token token) const {
   const uint64_t k = key(state, token);
   size_t i = mix64(k) & mask_;
-  // Keys and targets are two arrays: ask for the home slot's target while the key is
-  // read, so the two cache misses of a lookup in a large table overlap.
+  // Keys and targets are two arrays. The target's read is issued speculatively once the
+  // key compare is predicted to match, so its cache miss overlaps the key's (a prefetch
+  // of the home slot's target measured no faster: eba7136).
   while (true) {
     const uint64_t cur = keys_[i];
     if (cur == k) return vals_[i];
