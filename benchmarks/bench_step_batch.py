@@ -5,7 +5,10 @@ the first token that differs from the recorded output), with every corpus on (se
 workspace, history, a 10M-token global corpus), and times only the drafter: either
 `step_batch` (one native call moves every request's corpora, one reads every match) or
 the same work as `accept` + `propose` per request. Prints µs per request-step for each
-batch size, side by side in one run.
+batch size, side by side in one run: over the whole run, for its median round, and over
+the rounds at the full batch only (the run ends in a drain at smaller batches, whose fixed
+per-round costs are shared by fewer requests; a round's figure includes the last `accept`
+and `end` of the calls that finished in it), with the share of request-steps those are.
 
     python benchmarks/bench_step_batch.py --batch-sizes 1 8 64 --global-tokens 10000000
 """
@@ -48,6 +51,7 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
     id, as soon as one ends), stepped in lockstep until `sessions` are used up."""
     total_ns = steps = tokens = 0
     per_step: list[float] = []  # ns per request of each step_batch / propose round
+    full_ns = full_steps = 0  # the rounds with every slot filled (`batch` requests)
     queue = [(f"{sid}#{k}", calls) for k in range(3) for sid, calls in sessions]
     queue = queue[: max(len(sessions), 2 * batch)]
     queue.reverse()
@@ -74,6 +78,10 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
         total_ns += elapsed
         per_step.append(elapsed / len(slots))
         steps += len(slots)
+        full = len(slots) == batch
+        if full:
+            full_ns += elapsed
+            full_steps += len(slots)
         nxt = []
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
@@ -86,7 +94,10 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
             t0 = time.perf_counter_ns()
             d.accept(commit)
             d.end()
-            total_ns += time.perf_counter_ns() - t0
+            finished_ns = time.perf_counter_ns() - t0
+            total_ns += finished_ns
+            if full:
+                full_ns += finished_ns
             if x[5]:  # the session's next call (prompt ingestion is not timed)
                 nxt.append(start_call(x[5], x[4]))
             else:
@@ -101,6 +112,8 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
         # The median round: what a step costs when the host does not take the CPU away
         # (this machine's neighbours stall a few rounds by milliseconds).
         "p50_us_per_request_step": per_step[len(per_step) // 2] / 1e3 if per_step else 0.0,
+        "full_batch_us_per_request_step": full_ns / 1e3 / max(1, full_steps),
+        "full_batch_share": full_steps / max(1, steps),
         "request_steps": steps,
         "tokens_per_step": tokens / max(1, steps),
     }
@@ -127,7 +140,7 @@ def main() -> None:
     )
     print(
         f"{'B':>4} {'mode':>10} {'µs/request-step':>16} {'p50 round':>10} {'tokens/step':>12} "
-        f"{'steps':>8}"
+        f"{'steps':>8} {'full batch':>10} {'share':>6}"
     )
     results = []
     for b in args.batch_sizes:
@@ -145,7 +158,8 @@ def main() -> None:
             print(
                 f"{b:>4} {r['mode']:>10} {r['us_per_request_step']:>16.2f} "
                 f"{r['p50_us_per_request_step']:>10.2f} {r['tokens_per_step']:>12.3f} "
-                f"{r['request_steps']:>8}"
+                f"{r['request_steps']:>8} {r['full_batch_us_per_request_step']:>10.2f} "
+                f"{r['full_batch_share']:>6.0%}"
             )
     if args.out:
         args.out.write_text(
