@@ -306,22 +306,25 @@ std::shared_ptr<TokenIndex> TokenIndex::load(const std::string& path) {
   // The checksum only says the bytes are the ones written; a file edited on purpose and
   // given a new checksum must not reach a query unverified.
   idx->check_structure(path);
-  // The picks a file holds are used when they are for this build's occurrence count and
-  // for every state; each must be a position (or kNoPick), so that a query stays in bounds
-  // (an edited file's picks can only make drafts worse, never reach outside the index).
-  // Otherwise (a version 4 file, a live index saved) they are built here.
+  // The picks a file holds are used when they are for this build's occurrence count: one
+  // per state, each a position or kNoPick, so that a query stays in bounds (an edited
+  // file's picks can only make drafts worse, never reach outside the index). A file
+  // without them (version 4, a live index saved) or with another build's count gets them
+  // built here.
   auto& picks = idx->frequent_picks_;
-  if (pick_occurrences == kPickOccurrences && picks.size() == idx->st_.size()) {
-    const size_t np = idx->pos_doc_.size();
-    for (const uint32_t g : picks) {
-      if (g != kNoPick && g >= np)
-        throw FormatError(path + " is corrupt: a frequent pick out of range");
-    }
-  } else if (pick_occurrences != 0 || !picks.empty()) {
-    if (pick_occurrences == kPickOccurrences || pick_occurrences == 0) {
+  if (pick_occurrences == 0 && !picks.empty()) {
+    throw FormatError(path + " is corrupt: frequent picks without their occurrence count");
+  }
+  if (pick_occurrences == kPickOccurrences) {
+    if (picks.size() != idx->st_.size()) {
       throw FormatError(path + " is corrupt: frequent picks for another number of states");
     }
-    idx->build_frequent_picks();  // another build's occurrence count
+    const size_t np = idx->pos_doc_.size();
+    for (const uint32_t g : picks) {
+      if (g != kNoPick && g >= np) {
+        throw FormatError(path + " is corrupt: a frequent pick out of range");
+      }
+    }
   } else {
     idx->build_frequent_picks();
   }

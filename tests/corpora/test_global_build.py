@@ -71,6 +71,20 @@ def test_build_indexes_text_files_one_document_each(folder: Path, tmp_path: Path
     assert [d["num_tokens"] for d in meta["documents"]] == [len(TOK.encode(t)) for t in texts]
 
 
+def test_build_saves_a_frozen_index_with_its_frequent_picks(folder: Path, tmp_path: Path) -> None:
+    """The builder freezes the index before saving it, so its file carries the frequent
+    picks (a load of a live index's file would build them again every time)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "index"))
+    from test_token_index_hardening import IndexFile
+
+    out = tmp_path / "i.idx"
+    build_index([folder], out)
+    f = IndexFile.parse(out.read_bytes())
+    assert f.pick_occurrences == 32 and len(f.picks) == len(f.states)
+
+
 def test_rebuild_into_the_indexed_folder_skips_its_own_output(folder: Path) -> None:
     out = folder / "own.idx"
     first = build_index([folder], out)

@@ -161,6 +161,11 @@ def build_index(
         stats.index_s += t0 - t1
         docs.append({"path": str(path.resolve()), "num_tokens": int(ids.size)})
     stats.read_tokenize_s += time.perf_counter() - t0
+    # Frozen before it is saved: the file then carries the index's frequent picks, which a
+    # load of a live index's file would have to build again every time (docs/index.md).
+    t0 = time.perf_counter()
+    index.freeze()
+    stats.index_s += time.perf_counter() - t0
     if not docs:
         raise ValueError(
             f"none of the {len(files)} files is non-empty UTF-8 text "
