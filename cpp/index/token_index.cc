@@ -227,8 +227,8 @@ void EdgeTable::insert(int32_t state, Token token, int32_t target) {
 }
 
 void EdgeTable::grow() {
-  std::vector<uint64_t> old_keys;
-  std::vector<int32_t> old_vals;
+  LargeVector<uint64_t> old_keys;
+  LargeVector<int32_t> old_vals;
   old_keys.swap(keys_);
   old_vals.swap(vals_);
   const size_t cap = old_keys.size() * 2;
@@ -458,7 +458,7 @@ void TokenIndex::freeze() {
   if (frozen()) return;
   Writing guard(*this);                 // waits for an extend in flight (or raises StateError)
   if (frozen()) return;                 // another thread's freeze got in first
-  std::vector<Token>().swap(pos_tok_);  // no cursor re-checks new positions of a frozen index
+  LargeVector<Token>().swap(pos_tok_);  // no cursor re-checks new positions of a frozen index
   build_frequent_picks();               // before frozen_: a reader that sees it finds them
   frozen_.store(true, std::memory_order_release);
 }
@@ -506,7 +506,7 @@ uint32_t TokenIndex::frequent_choice(const uint32_t* positions, size_t n) const 
 // below kPickDepth levels the walk takes a subtree's list from recent_positions instead
 // of walking it, and those states keep kNoPick (their continuation reads them as before).
 void TokenIndex::build_frequent_picks() {
-  std::vector<uint32_t> picks(st_.size(), kNoPick);
+  LargeVector<uint32_t> picks(st_.size(), kNoPick);
   // The root's subtrees are independent: one task each, on the batch threads (each writes
   // the picks of its own states only). A task that fails (memory) leaves its states lazy.
   std::vector<int32_t> tops;
@@ -596,7 +596,7 @@ void TokenIndex::remove(int64_t doc_id) {
   d.removed = true;
   --num_live_docs_;
   // Replay the surviving positions in their original order, so recency is kept.
-  std::vector<uint32_t> old_doc, old_off;
+  LargeVector<uint32_t> old_doc, old_off;
   old_doc.swap(pos_doc_);
   old_off.swap(pos_off_);
   reset_automaton();
@@ -622,7 +622,7 @@ std::vector<Token> TokenIndex::document(int64_t doc_id) const {
   Reading guard(*this);
   const Doc* d = live_doc(doc_id);
   if (!d) throw DocumentError("no document " + std::to_string(doc_id) + " in the index");
-  return d->tokens;
+  return std::vector<Token>(d->tokens.begin(), d->tokens.end());
 }
 
 size_t TokenIndex::num_documents() const {

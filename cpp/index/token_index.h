@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "large_pages.h"
+
 namespace agspec {
 
 using Token = int32_t;
@@ -87,8 +89,8 @@ class EdgeTable {
   static uint64_t key(int32_t s, Token t) { return (uint64_t(uint32_t(s)) << 32) | uint32_t(t); }
   size_t slot_of(uint64_t k) const;
   void grow();
-  std::vector<uint64_t> keys_;  // kEmpty marks a free slot
-  std::vector<int32_t> vals_;
+  LargeVector<uint64_t> keys_;  // kEmpty marks a free slot
+  LargeVector<int32_t> vals_;
   size_t size_ = 0;
   size_t mask_ = 0;
 };
@@ -169,7 +171,7 @@ class TokenIndex {
 
   struct Doc {
     int64_t id;
-    std::vector<Token> tokens;
+    LargeVector<Token> tokens;
     int32_t last_state;  // state of the document's indexed prefix (all tokens but the last)
     bool removed;
   };
@@ -257,19 +259,19 @@ class TokenIndex {
     int32_t in_tgt;
     uint32_t first_pos, last_pos;
   };
-  std::vector<State> st_;
+  LargeVector<State> st_;
   EdgeTable edges_;
-  std::vector<int32_t> edge_next_;
-  std::vector<Token> edge_token_;
+  LargeVector<int32_t> edge_next_;
+  LargeVector<Token> edge_token_;
 
   // Positions in insertion order (the global clock that "most recent" refers to). A
   // document's positions are its offsets 0, 1, ..., in this order.
-  std::vector<uint32_t> pos_doc_, pos_off_;
+  LargeVector<uint32_t> pos_doc_, pos_off_;
   // pos_tok_[g]: the token position g ends with, kept by a live index (empty once frozen,
   // and in a loaded one: neither grows), so that a cursor re-checking the positions
   // added since its last step reads one array instead of three (MatchCursor::sync).
-  std::vector<Token> pos_tok_;
-  std::vector<int32_t> own_next_;
+  LargeVector<Token> pos_tok_;
+  LargeVector<int32_t> own_next_;
 
   uint64_t epoch_ = 0;  // bumped when positions are renumbered (remove)
 
@@ -293,7 +295,7 @@ class TokenIndex {
   static constexpr size_t kPickOccurrences = 32;
   static constexpr size_t kPickDepth = 4096;         // levels of the walk (see the .cc)
   static constexpr uint32_t kNoPick = ~uint32_t{0};  // a state left to the lazy path
-  std::vector<uint32_t> frequent_picks_;             // empty until frozen
+  LargeVector<uint32_t> frequent_picks_;             // empty until frozen
   void build_frequent_picks();
   void pick_subtree(int32_t top, uint32_t* picks) const;  // one root subtree's picks
   // The kFrequent rule's choice among positions (most recent first; 1 <= n <= 64).

@@ -68,8 +68,8 @@ class Writer {
   void pod(const T& v) {
     chunk(reinterpret_cast<const char*>(&v), sizeof(T));
   }
-  template <class T>
-  void vec(const std::vector<T>& v) {
+  template <class T, class A>
+  void vec(const std::vector<T, A>& v) {
     pod<uint64_t>(v.size());
     chunk(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
@@ -103,8 +103,8 @@ class Reader {
     chunk(reinterpret_cast<char*>(&v), sizeof(T));
     return v;
   }
-  template <class T>
-  void vec(std::vector<T>* v) {
+  template <class T, class A>
+  void vec(std::vector<T, A>* v) {
     const auto count = pod<uint64_t>();
     if (count > left_ / sizeof(T)) throw FormatError("index file is corrupt: bad array size");
     v->resize(count);

@@ -405,3 +405,49 @@ def test_long_extend_releases_the_gil():
     t.join()
     assert idx.num_tokens == toks.size
     assert len(ticks) >= 3  # the main thread ran while the build was going on
+
+
+def _advised_huge_kb() -> int:
+    """kB of this process's mappings advised for 2 MB pages (VmFlags "hg")."""
+    total, size = 0, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line.startswith("Size:"):
+                size = int(line.split()[1])
+            elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+                total += size
+    return total
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+    reason="needs Linux with transparent huge pages",
+)
+@pytest.mark.skipif(os.environ.get("AGSPEC_LARGE_PAGES") == "0", reason="AGSPEC_LARGE_PAGES=0")
+def test_a_large_index_lives_on_memory_advised_for_large_pages():
+    # A brute-force oracle over numpy for the queries (the per-token BruteIndex is too slow
+    # at this size), so the arrays that take the large-page allocation answer as before.
+    rng = np.random.default_rng(7)
+    doc = rng.integers(0, 4, 400_000).astype(np.int32)
+    before = _advised_huge_kb()
+    idx = TokenIndex()
+    idx.extend(0, doc)
+    # The states alone (44 bytes each, about two per token) take 35 MB.
+    assert _advised_huge_kb() - before >= 16 * 1024
+    for q in range(20):
+        fed = rng.integers(0, 4, 12).astype(np.int32).tolist()
+        cur = idx.match(max_match_tokens=10)
+        cur.extend(fed)
+        m = 0
+        for n in range(10, 0, -1):
+            # End offsets e < len - 1 (a successor) where doc[e-n+1 : e+1] == fed[-n:].
+            win = np.lib.stride_tricks.sliding_window_view(doc[:-1], n)
+            hits = np.flatnonzero((win == np.asarray(fed[-n:], dtype=np.int32)).all(axis=1))
+            if hits.size:
+                m = n
+                last_end = int(hits[-1]) + n - 1
+                break
+        assert cur.match_length == m, q
+        expected = doc[last_end + 1 : last_end + 9].tolist() if m else []
+        assert cur.continuation(8, "recent") == expected, q
+    idx.close()
