@@ -345,6 +345,9 @@ NB_MODULE(_native, m) {
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));
+  // Whether the index's large arrays are advised for 2 MB pages (cpp/index/large_pages.h).
+  m.def("large_pages", &agspec::large_pages_enabled);
+  m.def("set_large_pages", &agspec::set_large_pages, nb::arg("enabled"));
   m.def(
       "set_batch_threads",
       [](int64_t n) {

@@ -12,6 +12,7 @@
 // (docs/index.md, "Large pages").
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -27,13 +28,22 @@ namespace agspec {
 inline constexpr std::size_t kLargePageBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kLargeArrayBytes = kLargePageBytes;
 
-// Read once, at the first large allocation: AGSPEC_LARGE_PAGES=0 turns the advice off.
+// Whether large arrays are advised: AGSPEC_LARGE_PAGES=0 in the environment turns it off
+// (read at the first large allocation); set_large_pages changes it for the arrays
+// allocated from then on (a benchmark comparing the two in one process). Allocation and
+// release are the same either way, so the setting may change while arrays live.
+inline std::atomic<int> g_large_pages{-1};  // -1: not read yet
 inline bool large_pages_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("AGSPEC_LARGE_PAGES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return enabled;
+  int v = g_large_pages.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("AGSPEC_LARGE_PAGES");
+    v = env == nullptr || std::strcmp(env, "0") != 0;
+    g_large_pages.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+inline void set_large_pages(bool enabled) {
+  g_large_pages.store(enabled, std::memory_order_relaxed);
 }
 
 template <class T>
