@@ -6,10 +6,11 @@
 // the whole index fits the TLB. Linux backs a region with 2 MB pages when asked
 // (madvise MADV_HUGEPAGE, with transparent huge pages in "madvise" or "always" mode), so
 // arrays of at least kLargeArrayBytes are allocated 2 MB-aligned, rounded up to whole 2 MB
-// pages, and advised before their first write. Smaller arrays, other systems, and a
-// process started with AGSPEC_LARGE_PAGES=0 use the ordinary allocation. Nothing else
-// changes: the advice only moves where the memory lives, never what it holds
-// (docs/index.md, "Large pages").
+// pages, and advised before their first write. Smaller arrays and other systems use the
+// ordinary allocation; with AGSPEC_LARGE_PAGES=0 (or set_large_pages(false)) large arrays
+// are allocated the same way but not advised. Nothing else changes: the advice only moves
+// where the memory lives, never what it holds. Measured gain: about 4 % per query of the
+// replay's global corpus (docs/index.md, "Large pages").
 #pragma once
 
 #include <atomic>
