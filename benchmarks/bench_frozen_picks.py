@@ -18,8 +18,7 @@ import argparse
 import random
 import time
 
-import numpy as np
-from devtraces import dev_sessions
+from devtraces import dev_sessions, global_docs
 
 from agspec.index.token_index import TokenIndex
 from agspec.tokenizers import get_tokenizer
@@ -36,20 +35,11 @@ def main() -> None:
     sessions = dev_sessions("swe-agent")
     replayed, rest = sessions[:20], sessions[20:]
     frozen, live = TokenIndex(), TokenIndex()
-    n = doc = 0
-    while n < args.global_tokens:
-        for s in rest:
-            for c in s.calls:
-                prompt, out = render_call(c, tok)
-                arr = np.asarray(prompt + out, dtype=np.int32)
-                frozen.extend(doc, arr)
-                live.extend(doc, arr)
-                doc += 1
-                n += arr.size
-                if n >= args.global_tokens:
-                    break
-            if n >= args.global_tokens:
-                break
+    docs = global_docs(rest, tok, max_tokens=args.global_tokens)
+    for doc, arr in enumerate(docs):
+        frozen.extend(doc, arr)
+        live.extend(doc, arr)
+    n = sum(d.size for d in docs)
     before = frozen.num_bytes()
     t0 = time.perf_counter()
     frozen.freeze()

@@ -21,7 +21,7 @@ import random
 import time
 
 import numpy as np
-from devtraces import dev_sessions
+from devtraces import dev_sessions, global_docs
 
 from agspec import _native
 from agspec.index.token_index import TokenIndex
@@ -64,18 +64,8 @@ def main() -> None:
     tok = get_tokenizer("qwen2.5")
     sessions = dev_sessions("swe-agent")
     replayed, rest = sessions[:20], sessions[20:]
-    docs: list[np.ndarray] = []
-    n = 0
-    while n < args.global_tokens:
-        for s in rest:
-            for c in s.calls:
-                prompt, out = render_call(c, tok)
-                docs.append(np.asarray(prompt + out, dtype=np.int32))
-                n += docs[-1].size
-                if n >= args.global_tokens:
-                    break
-            if n >= args.global_tokens:
-                break
+    docs = global_docs(rest, tok, max_tokens=args.global_tokens)
+    n = sum(d.size for d in docs)
     base = huge_mb()
     indexes = {"4 KB": build(docs, False)}
     small = huge_mb() - base
