@@ -46,47 +46,53 @@ def load_sessions(source: str, tok, num_sessions: int):
     return out, sessions[num_sessions:]
 
 
-def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool) -> dict:
+class Lockstep:
     """B slots, each replaying one session's calls in order (a new session, under a fresh
-    id, as soon as one ends), stepped in lockstep until `sessions` are used up."""
-    total_ns = steps = tokens = 0
-    per_step: list[float] = []  # ns per request of each step_batch / propose round
-    full_ns = full_steps = 0  # the rounds with every slot filled (`batch` requests)
-    queue = [(f"{sid}#{k}", calls) for k in range(3) for sid, calls in sessions]
-    queue = queue[: max(len(sessions), 2 * batch)]
-    queue.reverse()
-    slots: list[list] = []  # [call drafter, output, position, committed, session id, rest]
+    id, as soon as one ends), stepped in lockstep until `sessions` are used up: `step()`
+    runs one round and returns its drafter time (ns) and request count, None at the end."""
 
-    def start_call(slot_calls, sid):
+    def __init__(self, server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool):
+        self.server, self.batch, self.max_draft, self.batched = server, batch, max_draft, batched
+        self.tokens = 0
+        queue = [(f"{sid}#{k}", calls) for k in range(3) for sid, calls in sessions]
+        queue = queue[: max(len(sessions), 2 * batch)]
+        queue.reverse()
+        self.queue = queue
+        # [call drafter, output, position, committed, session id, rest]
+        self.slots: list[list] = []
+        while queue and len(self.slots) < batch:
+            sid, calls = queue.pop()
+            self.slots.append(self._start_call(calls, sid))
+
+    def _start_call(self, slot_calls, sid):
         c, prompt, out = slot_calls[0]
-        return [begin_call(server, sid, c, prompt), out, 0, None, sid, slot_calls[1:]]
+        return [begin_call(self.server, sid, c, prompt), out, 0, None, sid, slot_calls[1:]]
 
-    while queue and len(slots) < batch:
-        sid, calls = queue.pop()
-        slots.append(start_call(calls, sid))
-    while slots:
+    def step(self) -> tuple[int, int, int] | None:
+        """(ns in the drafter, requests in the round, ns of it in finishing calls), or None
+        when every session was replayed."""
+        slots = self.slots
+        if not slots:
+            return None
         t0 = time.perf_counter_ns()
-        if batched:
-            drafts = drafter_mod.step_batch([x[0] for x in slots], [x[3] for x in slots], max_draft)
+        if self.batched:
+            drafts = drafter_mod.step_batch(
+                [x[0] for x in slots], [x[3] for x in slots], self.max_draft
+            )
         else:
             drafts = []
             for x in slots:
                 if x[3]:
                     x[0].accept(x[3])
-                drafts.append(x[0].propose(max_draft))
+                drafts.append(x[0].propose(self.max_draft))
         elapsed = time.perf_counter_ns() - t0
-        total_ns += elapsed
-        per_step.append(elapsed / len(slots))
-        steps += len(slots)
-        full = len(slots) == batch
-        if full:
-            full_ns += elapsed
-            full_steps += len(slots)
+        requests = len(slots)
+        finished_ns = 0
         nxt = []
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
             _, commit = greedy_commit(draft, out, pos)
-            tokens += len(commit)
+            self.tokens += len(commit)
             x[2], x[3] = pos + len(commit), commit
             if x[2] < len(out):
                 nxt.append(x)
@@ -94,18 +100,32 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
             t0 = time.perf_counter_ns()
             d.accept(commit)
             d.end()
-            finished_ns = time.perf_counter_ns() - t0
-            total_ns += finished_ns
-            if full:
-                full_ns += finished_ns
+            finished_ns += time.perf_counter_ns() - t0
             if x[5]:  # the session's next call (prompt ingestion is not timed)
-                nxt.append(start_call(x[5], x[4]))
+                nxt.append(self._start_call(x[5], x[4]))
             else:
-                server.end_session(x[4])
-                if queue:
-                    sid, calls = queue.pop()
-                    nxt.append(start_call(calls, sid))
-        slots = nxt
+                self.server.end_session(x[4])
+                if self.queue:
+                    sid, calls = self.queue.pop()
+                    nxt.append(self._start_call(calls, sid))
+        self.slots = nxt
+        return elapsed + finished_ns, requests, finished_ns
+
+
+def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool) -> dict:
+    """`Lockstep` run to the end, with its figures."""
+    total_ns = steps = 0
+    per_step: list[float] = []  # ns per request of each step_batch / propose round
+    full_ns = full_steps = 0  # the rounds with every slot filled (`batch` requests)
+    lock = Lockstep(server, sessions, batch, max_draft, batched)
+    while (r := lock.step()) is not None:
+        ns, requests, finished_ns = r
+        total_ns += ns
+        per_step.append((ns - finished_ns) / requests)
+        steps += requests
+        if requests == batch:
+            full_ns += ns
+            full_steps += requests
     per_step.sort()
     return {
         "us_per_request_step": total_ns / 1e3 / max(1, steps),
@@ -115,7 +135,7 @@ def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: boo
         "full_batch_us_per_request_step": full_ns / 1e3 / max(1, full_steps),
         "full_batch_share": full_steps / max(1, steps),
         "request_steps": steps,
-        "tokens_per_step": tokens / max(1, steps),
+        "tokens_per_step": lock.tokens / max(1, steps),
     }
 
 
