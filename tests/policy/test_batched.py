@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agspec.policy import cost_length
 from agspec.policy.caps import ProfiledCap
-from agspec.policy.length import DraftLengthPolicy
+from agspec.policy.length import DraftLengthPolicy, LengthDecision
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
 from agspec.policy.survival import MatchSurvival
 
@@ -94,10 +94,16 @@ def test_note_steps_is_note_step_one_at_a_time(steps):
     one, many = cost_policy(), cost_policy()
     for d, c in steps:
         one.note_step(d, c)
-    many._cost_cache[("coder", 1, 1)] = (0, many.step_costs, 8, 1)
+    table = many.cost_table("coder", 1)  # at the starting means
+    before = (many.mean_draft, many.mean_committed)
     many.note_steps([d for d, _ in steps], [c for _, c in steps])
     assert (many.mean_draft, many.mean_committed) == (one.mean_draft, one.mean_committed)
-    assert bool(many._cost_cache) == (not steps)  # any step moved the means
+    # A table is kept exactly while the means hold, and is the rule's at the new ones.
+    again = many.cost_table("coder", 1)
+    assert (again is table) == ((many.mean_draft, many.mean_committed) == before)
+    fresh = cost_policy()
+    fresh.mean_draft, fresh.mean_committed = many.mean_draft, many.mean_committed
+    assert again == fresh.cost_table("coder", 1)
 
 
 requests = st.lists(
@@ -247,3 +253,60 @@ def test_cost_length_reprices_when_the_batch_state_moves():
             policy.note_step(step % 17, 1 + step % 5)
         else:  # one mean moves alone, set by hand
             policy.mean_draft = step / 3.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=20).map(
+        lambda ps: [math.prod(ps[: k + 1]) for k in range(len(ps))]
+    ),
+    st.lists(st.floats(0.5, 5.0), min_size=2, max_size=20),
+    st.integers(-1, 24),
+    st.integers(1, 128),
+    st.floats(-1.0, 30.0),
+    st.floats(0.5, 20.0),
+)
+def test_a_table_of_best_lengths_is_the_rule_at_every_limit(
+    curve, raw, limit, b, mean_draft, mean_c
+):
+    costs = [1.0, *raw[1:]]
+    kw = {"batch_size": b, "mean_draft": mean_draft, "mean_committed": mean_c}
+    table = cost_length.best_lengths_at_prices(curve, cost_length.batch_prices(costs, **kw), limit)
+    top = min(max(limit, 0), len(curve), len(costs) - 1)
+    assert table == [batch_rule_as_a_loop(curve, costs, r, **kw) for r in range(top + 1)]
+    table = cost_length.best_lengths(curve, costs, limit)
+    assert table == [cost_length.best_length(curve, costs, r) for r in range(top + 1)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    observations,
+    st.sampled_from([1, 16]),
+    st.lists(st.tuples(st.sampled_from(AGENTS), st.integers(1, 200)), min_size=1, max_size=12),
+    st.lists(st.integers(0, 20), min_size=1, max_size=4),
+)
+def test_cost_tables_are_the_rule_for_every_retrieved_length(obs, b, requests, uptos):
+    """The tables a batch step reads (grown as later requests ask for more) answer every
+    retrieved length as the rule written as a loop over the learned curve."""
+    policy = cost_policy(b)
+    for agent, m, d, a in obs:
+        policy.observe(agent, LengthDecision(d, None, False, m), a)
+        policy.note_step(d, max(a, 0) + 1)
+    bound = policy.cost_bound_tokens
+    agents, matches = [a for a, _ in requests], [m for _, m in requests]
+    for upto in uptos:  # shorter tables first, then longer: they grow
+        tables = policy.cost_tables(agents, matches, [upto] * len(agents))
+        for agent, m, table in zip(agents, matches, tables):
+            curve = copy.deepcopy(policy.survival).curve(agent, m)
+            for r in range(min(upto, bound) + 1):
+                if b == 1:
+                    want = cost_length.best_length(curve, policy.step_costs, r)
+                else:
+                    want = batch_rule_as_a_loop(
+                        curve, policy.step_costs, r, batch_size=b,
+                        mean_draft=policy.mean_draft, mean_committed=policy.mean_committed,
+                    )  # fmt: skip
+                assert table[r] == want
+                assert policy.cost_length(agent, m, r) == want
+            # A longer retrieval drafts as the longest the rule considers.
+            assert policy.cost_length(agent, m, bound + 5) == policy.cost_table(agent, m)[bound]

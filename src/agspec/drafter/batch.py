@@ -213,15 +213,24 @@ def _propose(
         return drafts
     native = None not in [cs._native for cs in picked_sets]
     policy = server.lengths
-    wants = policy.draft_lengths(
-        [call.agent for call in picked_calls],
-        matches,
-        available,
-        # The cost rule reads no cap.
-        None if policy.variant == "cost" else [call._cap for call in picked_calls],
-        # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
-        None if native else [cs.engine_max_tokens(s) for cs, s in zip(picked_sets, slots)],
-    )
+    cost_mode, capped_mode = server.cost_mode, server.capped_mode
+    tables: list[list[int]] = []
+    if cost_mode and native:
+        # The cost rule's answers for every retrieved length of each request's (agent,
+        # match bucket): the draft length now, and again if fewer tokens are retrieved.
+        bound = policy.cost_bound_tokens
+        tables = policy.cost_tables([call.agent for call in picked_calls], matches, available)
+        wants = [t[k if k < bound else bound] for t, k in zip(tables, available)]
+    else:
+        wants = policy.draft_lengths(
+            [call.agent for call in picked_calls],
+            matches,
+            available,
+            # The cost rule reads no cap.
+            None if policy.variant == "cost" else [call._cap for call in picked_calls],
+            # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
+            None if native else [cs.engine_max_tokens(s) for cs, s in zip(picked_sets, slots)],
+        )
     if not any(wants):
         return drafts
     occurrences = picked_calls[0]._max_occurrences
@@ -234,14 +243,20 @@ def _propose(
             for call, cs, slot, want in zip(picked_calls, picked_sets, slots, wants)
         ]
     # `AgSpecCall._take` for each: the draft of this step and what the policy learns from.
-    cost_mode, capped_mode = server.cost_mode, server.capped_mode
+    if tables:
+        for j, draft in enumerate(conts):
+            size = len(draft)
+            if size < wants[j]:
+                # Fewer tokens retrieved than planned: the best length over those.
+                del draft[tables[j][size] :]
+    elif cost_mode:
+        for j, (call, m, draft) in enumerate(zip(picked_calls, matches, conts)):
+            if len(draft) < wants[j]:
+                del draft[policy.cost_length(call.agent, m, len(draft)) :]
     for i, call, cs, slot, want, m, draft in zip(
         picked, picked_calls, picked_sets, slots, wants, matches, conts
     ):
         size = len(draft)
-        if cost_mode and size < want:
-            size = policy.cost_length(call.agent, m, size)
-            draft = draft[:size]
         if size:
             # Censored only when the cap itself bounded the draft (not max_tokens, not text).
             capped = capped_mode and size == want == call._cap

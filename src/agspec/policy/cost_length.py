@@ -28,6 +28,8 @@ __all__ = [
     "best_length",
     "best_length_at_prices",
     "best_length_in_batch",
+    "best_lengths",
+    "best_lengths_at_prices",
     "match_bucket",
 ]
 
@@ -52,6 +54,27 @@ def best_length(curve: Sequence[float], step_costs: Sequence[float], limit: int)
         if value > best_value:
             best, best_value = n, value
     return best
+
+
+def best_lengths(curve: Sequence[float], step_costs: Sequence[float], limit: int) -> list[int]:
+    """[best_length(curve, step_costs, l) for l in 0 .. limit'] in one pass, limit' =
+    min(limit, len(curve), len(step_costs) - 1): the argmax over [0, l] of a running ratio
+    is the argmax of its first l terms, so every limit's answer is the running best of one
+    scan (the same float operations as `best_length`'s, so the same answers).
+
+    >>> best_lengths([0.9, 0.8, 0.1], [1.0, 1.5, 1.6, 3.0], 3)
+    [0, 1, 2, 2]
+    """
+    limit = min(limit, len(curve), len(step_costs) - 1)
+    best, best_value, expected = 0, 1.0 / step_costs[0], 1.0
+    out = [0]
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected / step_costs[n]
+        if value > best_value:
+            best, best_value = n, value
+        out.append(best)
+    return out
 
 
 def _interp(costs: Sequence[float], y: float) -> float:
@@ -156,3 +179,24 @@ def best_length_at_prices(curve: Sequence[float], prices: Sequence[float], limit
         if value > best_value:
             best, best_value = n, value
     return best
+
+
+def best_lengths_at_prices(
+    curve: Sequence[float], prices: Sequence[float], limit: int
+) -> list[int]:
+    """[best_length_at_prices(curve, prices, l) for l in 0 .. limit'] in one pass, limit' =
+    min(limit, len(curve), len(prices) - 1) (as `best_lengths`).
+
+    >>> best_lengths_at_prices([0.9, 0.5, 0.1], [0.0, 0.3, 0.6, 0.9], 3)
+    [0, 1, 2, 2]
+    """
+    limit = min(limit, len(curve), len(prices) - 1)
+    best, best_value, expected = 0, 0.0, 0.0
+    out = [0]
+    for n in range(1, limit + 1):
+        expected += curve[n - 1]
+        value = expected - prices[n]
+        if value > best_value:
+            best, best_value = n, value
+        out.append(best)
+    return out

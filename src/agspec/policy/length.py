@@ -41,8 +41,8 @@ from agspec.policy.caps import (
 from agspec.policy.cost_length import (
     MatchSurvival,
     batch_prices,
-    best_length,
-    best_length_at_prices,
+    best_lengths,
+    best_lengths_at_prices,
 )
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
 from agspec.policy.survival import MATCH_BUCKETS
@@ -132,11 +132,10 @@ class DraftLengthPolicy:
             self.step_costs = []
             self.survival = survival or MatchSurvival()
         self.variant = variant
-        # (agent, match bucket, retrieved tokens) -> (survival version, step costs, batch
-        # size and batch means it was computed at, best length)
-        self._cost_cache: dict[
-            tuple[str, int, int], tuple[int, list[float], int, float, float, int]
-        ] = {}
+        # (agent, match bucket) -> `cost_table`, valid while `_tables_at` holds: the
+        # (survival version, step costs, batch size, batch means) they were computed at.
+        self._tables: dict[tuple[str, int], list[int]] = {}
+        self._tables_at: tuple[int, list[float], int, float, float] | None = None
         # (mean draft, mean committed, batch size, step costs, their `batch_prices`)
         self._prices_at: tuple[float, float, int, list[float], list[float]] | None = None
         self.caps = caps if caps is not None else ProfiledCap()
@@ -230,41 +229,71 @@ class DraftLengthPolicy:
         """Variant "cost": how many of the `retrieved_tokens` to draft (0: none).
 
         Batch size 1: `best_length`. Larger batches: `best_length_in_batch`, priced at the
-        batch's running mean draft and committed tokens per step (`note_step`).
+        batch's running mean draft and committed tokens per step (`note_step`). Read off
+        `cost_table`.
         """
-        # Requests of one batch step share agents and match buckets, and nothing the rule
-        # reads changes between two verifications: remember each answer until a curve may
-        # have changed (the survival's version moves at every `observe`), the batch means
-        # move (`note_step`, or set by hand) or the step costs are swapped.
+        table = self.cost_table(agent, match_tokens, retrieved_tokens)
+        if retrieved_tokens < len(table):
+            return table[retrieved_tokens]
+        return table[-1]
+
+    def cost_table(
+        self, agent: str, match_tokens: int, upto_tokens: int | None = None
+    ) -> list[int]:
+        """Variant "cost": [`cost_length(agent, match_tokens, r)` for r in 0 .. R], R =
+        `cost_bound_tokens`, or at least min(`upto_tokens`, R) when given (a retrieval
+        longer than R drafts as entry R does).
+
+        The best length over [0, r] is the running argmax of one scan over the curve
+        (`best_lengths`), so one table answers every retrieved length of an (agent, match
+        bucket): the planned length (r = the bound, or fewer tokens available) and the
+        length once the index retrieved fewer. Requests of one batch step share agents and
+        buckets, and nothing the rule reads changes between two verifications: each table
+        is kept until a curve may have changed (the survival's version moves at every
+        `observe`), the batch means move (`note_step`, or set by hand) or the step costs
+        or batch size are swapped.
+
+        >>> pol = DraftLengthPolicy("cost", step_costs=[1.0, 1.1, 1.2, 1.3, 3.0],
+        ...                         survival=MatchSurvival(max_tokens=4, prior_weight=1.0))
+        >>> pol.cost_table("coder", 16)    # S(k) = (16/17)^k: drafting 3 pays, the 4th not
+        [0, 1, 2, 3, 3]
+        """
+        tables = self._tables
+        at = self._tables_at
         survival = self.survival
-        key = (agent, min(match_tokens.bit_length(), MATCH_BUCKETS - 1), retrieved_tokens)
-        hit = self._cost_cache.get(key)
         if (
-            hit is not None
-            and hit[0] == survival.version
-            and hit[1] is self.step_costs
-            and hit[2] == self.batch_size
-            and hit[3] == self.mean_draft
-            and hit[4] == self.mean_committed
+            at is None
+            or at[0] != survival.version
+            or at[1] is not self.step_costs
+            or at[2] != self.batch_size
+            or at[3] != self.mean_draft
+            or at[4] != self.mean_committed
         ):
-            return hit[5]
-        curve = survival.curve(agent, match_tokens, retrieved_tokens)
-        if self.batch_size == 1:
-            best = best_length(curve, self.step_costs, retrieved_tokens)
-        else:
-            # `best_length_in_batch`, its prices computed once per batch state.
-            best = best_length_at_prices(
-                curve, self._batch_prices(retrieved_tokens), retrieved_tokens
+            tables.clear()
+            self._tables_at = (
+                survival.version,
+                self.step_costs,
+                self.batch_size,
+                self.mean_draft,
+                self.mean_committed,
             )
-        self._cost_cache[key] = (
-            survival.version,
-            self.step_costs,
-            self.batch_size,
-            self.mean_draft,
-            self.mean_committed,
-            best,
-        )
-        return best
+        bucket = match_tokens.bit_length()
+        top = MATCH_BUCKETS - 1
+        key = (agent, bucket if bucket < top else top)
+        table = tables.get(key)
+        bound = self.cost_bound_tokens
+        if upto_tokens is not None and upto_tokens < bound:
+            bound = upto_tokens
+        if table is None or len(table) <= bound:
+            # Only as far as asked: a draft of at most 16 tokens reads 16 of 32 entries.
+            curve = survival.curve(agent, match_tokens, bound)
+            if self.batch_size == 1:
+                table = best_lengths(curve, self.step_costs, bound)
+            else:
+                # `best_length_in_batch`, its prices computed once per batch state.
+                table = best_lengths_at_prices(curve, self._batch_prices(bound), bound)
+            tables[key] = table
+        return table
 
     def draft_lengths(
         self,
@@ -306,23 +335,11 @@ class DraftLengthPolicy:
             return out
         out = []
         if variant == "cost":
-            bound = self.cost_bound_tokens
-            top = MATCH_BUCKETS - 1
-            # Nothing `cost_length` reads changes within one step: its answer for a key
-            # (agent, match bucket, length) holds for the whole batch.
-            seen: dict[tuple[str, int, int], int] = {}
-            cost_length = self.cost_length
-            for agent, m, k in zip(agents, match_tokens, available_tokens):
-                want = bound if bound < k else k
-                if want:
-                    bucket = m.bit_length()
-                    key = (agent, bucket if bucket < top else top, want)
-                    best = seen.get(key)
-                    if best is None:
-                        best = seen[key] = cost_length(agent, m, want)
-                    want = best
-                out.append(want)
-            return out
+            tables = self.cost_tables(agents, match_tokens, available_tokens)
+            return [
+                table[k] if k < len(table) else table[-1]
+                for table, k in zip(tables, available_tokens)
+            ]
         scale = self.scale if variant == "cap+scale" else None
         scales = scale.scales if scale is not None else {}
         init = scale.config.alpha_init if scale is not None else 1.0
@@ -335,6 +352,34 @@ class DraftLengthPolicy:
             if cap < length:
                 length = cap
             out.append(k if k < length else length)
+        return out
+
+    def cost_tables(
+        self, agents: Sequence[str], match_tokens: Sequence[int], available_tokens: Sequence[int]
+    ) -> list[list[int]]:
+        """Variant "cost": `cost_table` of each request of one batch step (matches >= 1),
+        at least as far as the largest of `available_tokens`, each (agent, match bucket)'s
+        table computed once: a request's draft length is table[min(retrieved, R)], before
+        the continuation is copied and after.
+
+        >>> pol = DraftLengthPolicy("cost", step_costs=[1.0, 1.1, 1.2, 1.3, 3.0],
+        ...                         survival=MatchSurvival(max_tokens=4, prior_weight=1.0))
+        >>> [t[3] for t in pol.cost_tables(["coder", "coder"], [16, 1], [4, 4])]  # q = 16/17, 1/2
+        [3, 2]
+        """
+        if not agents:
+            return []
+        upto = max(available_tokens)
+        self.cost_table(agents[0], match_tokens[0], upto)  # the tables of this state
+        tables = self._tables
+        top = MATCH_BUCKETS - 1
+        out = []
+        for agent, m in zip(agents, match_tokens):
+            bucket = m.bit_length()
+            table = tables.get((agent, bucket if bucket < top else top))
+            if table is None or len(table) <= upto and len(table) <= self.cost_bound_tokens:
+                table = self.cost_table(agent, m, upto)
+            out.append(table)
         return out
 
     def observe_batch(
@@ -367,8 +412,6 @@ class DraftLengthPolicy:
             mean_draft += w * (d - mean_draft)
             mean_committed += w * (c - mean_committed)
         self.mean_draft, self.mean_committed = mean_draft, mean_committed
-        if self._cost_cache:
-            self._cost_cache.clear()
 
     def _batch_prices(self, max_tokens: int) -> list[float]:
         """`batch_prices` at the current batch state, up to at least `max_tokens` or all
@@ -406,8 +449,6 @@ class DraftLengthPolicy:
         w = BATCH_EMA
         self.mean_draft += w * (drafted_tokens - self.mean_draft)
         self.mean_committed += w * (committed_tokens - self.mean_committed)
-        if self._cost_cache:
-            self._cost_cache.clear()
 
     def observe(self, agent: str, decision: LengthDecision, accept_length: int) -> None:
         """Feed a verification outcome back (updates α_a in the "cap+scale" variant, the
