@@ -151,6 +151,12 @@ def run_both(
             drafted += len(draft)
     for a, b in zip(servers_b, servers_1):
         assert policy_state(a) == policy_state(b)
+        # The live token count (counted during the advance when the step stays within the
+        # budget, after it when it may not) and each session's share of it.
+        assert a._live_tokens == b._live_tokens
+        assert {k: s._counted for k, s in a._sessions.items()} == {
+            k: s._counted for k, s in b._sessions.items()
+        }
     return servers_b, servers_1, drafted
 
 

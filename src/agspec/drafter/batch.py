@@ -89,6 +89,10 @@ def step_batch(
     agents: list[str] = []
     decisions: list[tuple[int, bool, int]] = []
     accepted: list[int] = []
+    # `_count`'s work (the live token count) overlaps the advance when it cannot go over
+    # the budget; otherwise it runs after, as it may stop a session's indexing (touching
+    # corpora) or evict sessions (ending calls), and the calls are checked again.
+    counted = False
     try:
         for call, c in zip(calls, committed):
             if c is not None and shared is None and len(c):
@@ -102,8 +106,7 @@ def step_batch(
                 # refuses it (a conversion keeps the length).
                 if (
                     type(c) is list
-                    and call._begun
-                    and not call._ended
+                    and call._live
                     and size <= num_drafted + 1
                     and c[:-1] == draft[: size - 1]
                     and type(c[-1]) is int
@@ -123,8 +126,10 @@ def step_batch(
                     # The first n - 1 committed tokens are the draft's: the accept length.
                     accepted.append(size - 1)
                 call._draft, call._decision = [], None
-            elif not call._begun or call._ended:
+            elif not call._live:
                 raise call._not_live("step_batch()")
+            else:
+                call._draft, call._decision = [], None
     finally:
         # Every call whose tokens were checked gets them into its policy, then its corpora,
         # even when a later call's tokens were refused: no call is left half accepted.
@@ -138,27 +143,42 @@ def step_batch(
                     policy.observe_batch(agents, decisions, accepted)
                     if shared.batch_cost_mode:
                         policy.note_steps(drafted, sizes)
+                    if shared._live_tokens + sum(sizes) <= shared.config.live_token_budget:
+                        _count_within_budget(shared, applied, sizes)
+                        counted = True
             finally:
                 finish()
         if shared is not None:
-            _count(shared, applied, sizes)
+            if not counted:
+                _count(shared, applied, sizes)
         else:
             for call, toks in zip(applied, moved):
                 if call._index_output:
                     call._count(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations in one
     # more (per call with a non-native engine).
-    for call in calls:
-        if not call._begun or call._ended:
-            raise call._not_live("step_batch()")
+    if not counted:
+        # Sessions may have been evicted while counting (their calls ended).
+        for call in calls:
+            if not call._live:
+                raise call._not_live("step_batch()")
     sets: list[CorpusSet] = [call._corpora for call in calls]  # type: ignore[misc]
     if shared is None:
         for call in calls:
-            call._draft = []
-            call._decision = None
             call.last_source, call.last_match_length = None, 0
         return _propose_each(calls, sets, match_lengths_batch(sets), caps)
     return _propose(shared, calls, sets, caps)
+
+
+def _count_within_budget(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
+    """`_count` when the step cannot take the server over its live token budget (the live
+    tokens plus every committed token stay within it): no call is checked against it."""
+    live = server._live_tokens
+    for call, k in zip(applied, sizes):
+        if call._index_output:
+            call.session._counted += k
+            live += k
+    server._live_tokens = live
 
 
 def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
@@ -186,7 +206,8 @@ def _propose(
     caps: list[int],
 ) -> list[list[int]]:
     """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once
-    (every match read in one call first; each call's last draft is reset here)."""
+    (every match read in one call first; each call's last draft was reset by the accept
+    half of the step)."""
     n = len(calls)
     # Each request's source pick and its match, long enough to draft from (slot -1: none).
     picks = match_picks_flat(sets, server.min_match_tokens)
@@ -197,9 +218,8 @@ def _propose(
     slots: list[int] = []
     matches: list[int] = []
     available: list[int] = []
+    # Every call's last draft was cleared as its tokens were checked (or it had none).
     for i, (call, cs, k) in enumerate(zip(calls, sets, caps)):
-        call._draft = []
-        call._decision = None
         call.last_source = None
         call.last_match_length = 0
         if k > 0 and (slot := picks[2 * i]) >= 0:

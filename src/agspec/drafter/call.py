@@ -38,6 +38,7 @@ class AgSpecCall:
         self._decision: tuple[int, bool, int] | None = None
         self._begun = False
         self._ended = False
+        self._live = False  # begun and not ended (one attribute for the batched step)
         self._released = False  # the session was ended or evicted
         self._index_output = False  # accept() appends to the session corpus
         self.last_source: Source | None = None
@@ -46,6 +47,7 @@ class AgSpecCall:
     def _release(self) -> None:
         """The session ended or was evicted: drop every reference to its corpora."""
         self._released = self._ended = True
+        self._live = False
         if self._corpora is not None:
             self._corpora.close()
         self._corpora = None
@@ -142,7 +144,7 @@ class AgSpecCall:
             self.agent, model=lengths.model, batch_size=lengths.batch_size
         )
         self._max_occurrences = cfg.max_occurrences
-        self._begun = True
+        self._begun = self._live = True
 
     def propose(self, max_tokens: int) -> list[int]:
         if not self._begun or self._ended:
@@ -276,6 +278,7 @@ class AgSpecCall:
         if self._ended:
             return
         self._ended = True
+        self._live = False
         if self._corpora is not None:
             self._corpora.close()
         self._corpora = None
