@@ -310,3 +310,26 @@ def test_cost_tables_are_the_rule_for_every_retrieved_length(obs, b, requests, u
                 assert policy.cost_length(agent, m, r) == want
             # A longer retrieval drafts as the longest the rule considers.
             assert policy.cost_length(agent, m, bound + 5) == policy.cost_table(agent, m)[bound]
+
+
+@settings(max_examples=60, deadline=None)
+@given(observations, st.sampled_from([1, 16]), st.integers(1, 20))
+def test_refreshed_tables_are_the_tables_of_the_new_state(obs, b, upto):
+    """`refresh_cost_tables` (run while the native advance works) recomputes the last
+    state's tables at the new one: each as a policy that never held them computes it."""
+    policy = cost_policy(b)
+    for agent in AGENTS:
+        for m in (1, 5, 40):
+            policy.cost_table(agent, m, upto)
+    keys = {k: len(t) for k, t in policy._tables.items()}
+    for agent, m, d, a in obs:
+        policy.observe(agent, LengthDecision(d, None, False, m), a)
+        policy.note_step(d, max(a, 0) + 1)
+    policy.refresh_cost_tables()
+    fresh = copy.deepcopy(policy)
+    fresh._tables, fresh._tables_at = {}, None
+    assert set(policy._tables) == set(keys)  # the same keys, as far as they went
+    for (agent, bucket), table in policy._tables.items():
+        assert len(table) == keys[(agent, bucket)]
+        m = 1 << (bucket - 1)
+        assert table == fresh.cost_table(agent, m, upto)[: len(table)]

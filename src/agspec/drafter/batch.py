@@ -143,6 +143,10 @@ def step_batch(
                     policy.observe_batch(agents, decisions, accepted)
                     if shared.batch_cost_mode:
                         policy.note_steps(drafted, sizes)
+                    if shared.cost_mode:
+                        # The last step's cost tables at this step's state, while the
+                        # helpers still move cursors (the plan below reads them).
+                        policy.refresh_cost_tables()
                     if shared._live_tokens + sum(sizes) <= shared.config.live_token_budget:
                         _count_within_budget(shared, applied, sizes)
                         counted = True

@@ -354,6 +354,38 @@ class DraftLengthPolicy:
             out.append(k if k < length else length)
         return out
 
+    def refresh_cost_tables(self) -> None:
+        """Variant "cost": the tables of the last state (the (agent, match bucket) keys a
+        batch step used, each as far as it went) computed again at the current one, when
+        it moved. `step_batch` calls it while the native advance runs on helper threads,
+        so that the next plan mostly finds its tables ready; it changes no answer.
+
+        >>> pol = DraftLengthPolicy("cost", step_costs=[1.0, 1.1, 1.2, 1.3, 3.0],
+        ...                         survival=MatchSurvival(max_tokens=4, prior_weight=1.0))
+        >>> pol.cost_table("coder", 16)
+        [0, 1, 2, 3, 3]
+        >>> for _ in range(10):     # ten drafts rejected at their first token
+        ...     pol.observe_tokens("coder", 3, False, 16, 0)
+        >>> pol.refresh_cost_tables(); pol._tables
+        {('coder', 5): [0, 0, 0, 0, 0]}
+        """
+        at = self._tables_at
+        if (
+            at is None
+            or not self._tables
+            or (
+                at[0] == self.survival.version
+                and at[1] is self.step_costs
+                and at[2] == self.batch_size
+                and at[3] == self.mean_draft
+                and at[4] == self.mean_committed
+            )
+        ):
+            return
+        for (agent, bucket), table in list(self._tables.items()):
+            # Any match length of the bucket stands for it (bucket b: b-bit lengths).
+            self.cost_table(agent, 1 << (bucket - 1) if bucket else 0, len(table) - 1)
+
     def cost_tables(
         self, agents: Sequence[str], match_tokens: Sequence[int], available_tokens: Sequence[int]
     ) -> list[list[int]]:
