@@ -2,18 +2,24 @@
 
 This host's speed swings by up to 2x within minutes, so two processes run a minute apart
 compare windows, not code. Here both trees run in one process: the other tree's package
-is copied to a temporary folder as `agspec_other` (its imports renamed, this tree's
-native module shared), each tree builds its own global corpus from the same documents,
-and the two replay the same B-slot lockstep run (`bench_step_batch.Lockstep`) step by
-step in turns, in the order A B B A A B ..., so that a slow spell of the host falls on
-both alike (garbage collection off while timing). Prints µs per
-request-step of every round, each pair's ratio, and the median ratio; exits non-zero when
-the two trees' runs commit a different number of tokens per step (their drafts differ).
+is copied to a temporary folder as `agspec_other` (its imports renamed), each tree builds
+its own global corpus from the same documents, and the two replay the same B-slot
+lockstep run (`bench_step_batch.Lockstep`) step by step in turns, in the order A B B A
+A B ..., so that a slow spell of the host falls on both alike (garbage collection off
+while timing). Prints µs per request-step of every round, each pair's ratio, and the
+median ratio; exits non-zero when the two trees' runs commit a different number of
+tokens per step (their drafts differ).
 
     python benchmarks/ab_step_batch.py --other ../wt/base --rounds 8
 
-Python changes only: nanobind registers each native type once per process, so the two
-trees share this tree's native module, and the script refuses a tree whose cpp/ differs.
+By default the two trees share this tree's native module (Python changes only: the
+script refuses a tree whose cpp/ differs). To compare native changes, build the other
+tree's module with a nanobind domain of its own (nanobind registers each native type once
+per domain and process) and pass --other-native:
+
+    (cd ../base && .venv/bin/pip install --no-build-isolation \
+        -C cmake.define.AGSPEC_NB_DOMAIN=ab -e .)
+    python benchmarks/ab_step_batch.py --other ../base --other-native --rounds 8
 """
 
 from __future__ import annotations
@@ -37,11 +43,10 @@ from agspec.tokenizers import get_tokenizer
 
 
 def same_native_code(tree: Path) -> bool:
-    """Whether the other checkout's native sources (cpp/, CMakeLists.txt) are this tree's."""
+    """Whether the other checkout's native sources (cpp/) are this tree's."""
     here = Path(__file__).resolve().parents[1]
     names = {p.relative_to(here) for p in (here / "cpp").rglob("*") if p.is_file()}
     names |= {p.relative_to(tree) for p in (tree / "cpp").rglob("*") if p.is_file()}
-    names.add(Path("CMakeLists.txt"))
     for name in names:
         a, b = here / name, tree / name
         if not (a.is_file() and b.is_file()) or a.read_bytes() != b.read_bytes():
@@ -49,27 +54,40 @@ def same_native_code(tree: Path) -> bool:
     return True
 
 
-def import_other(tree: Path, into: Path):
-    """The other tree's package, imported as `agspec_other` from a renamed copy that uses
-    this tree's native module (nanobind registers each native type once per process, so
-    two builds of the index cannot be loaded side by side: the native sources must be the
-    same, and only the Python differs)."""
+def built_native(tree: Path) -> Path:
+    """The other checkout's built `_native` (its venv's editable install, or in place)."""
+    found = sorted(tree.glob(".venv/lib/python*/site-packages/agspec/_native*.so"))
+    found += sorted((tree / "src" / "agspec").glob("_native*.so"))
+    if not found:
+        raise SystemExit(f"{tree}: no built _native module (.venv or src/agspec)")
+    return found[0]
+
+
+def import_other(tree: Path, into: Path, own_native: bool):
+    """The other tree's package, imported as `agspec_other` from a renamed copy. Its
+    native module is this tree's (the same cpp/ sources: Python changes only), or with
+    `own_native` its own build, which must have been built with a nanobind domain of its
+    own (nanobind registers each native type once per domain and process)."""
     src = tree / "src" / "agspec"
     if not (src / "__init__.py").is_file():
         raise SystemExit(f"{tree} is not an agspec checkout (no src/agspec/__init__.py)")
-    if not same_native_code(tree):
+    if not own_native and not same_native_code(tree):
         raise SystemExit(
-            f"{tree}: its native sources (cpp/, CMakeLists.txt) differ from this tree's; "
-            "this comparison covers Python changes only (two native builds cannot share "
-            "a process): use bench_step_batch.py in alternating processes instead"
+            f"{tree}: its native sources (cpp/) differ from this tree's. Build it with a "
+            "nanobind domain of its own (in it: .venv/bin/pip install --no-build-isolation "
+            "-C cmake.define.AGSPEC_NB_DOMAIN=ab -e .) and pass --other-native"
         )
     dst = into / "agspec_other"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     pattern = re.compile(r"\bagspec(?=[.\s])")
     for py in dst.rglob("*.py"):
         text = pattern.sub("agspec_other", py.read_text(encoding="utf-8"))
-        text = text.replace("from agspec_other import _native", "from agspec import _native")
+        if not own_native:
+            text = text.replace("from agspec_other import _native", "from agspec import _native")
         py.write_text(text, encoding="utf-8")
+    if own_native:
+        so = built_native(tree)
+        shutil.copy2(so, dst / so.name)
     sys.path.insert(0, str(into))
     return importlib.import_module("agspec_other")
 
@@ -100,6 +118,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--variant", default="agspec")
     ap.add_argument("--other-variant", help="the variant's name in the other tree")
+    ap.add_argument(
+        "--other-native",
+        action="store_true",
+        help="load the other tree's own native build (built with -C "
+        "cmake.define.AGSPEC_NB_DOMAIN=ab) instead of sharing this tree's",
+    )
     ap.add_argument("--source", default="swe-agent", choices=sorted(bsb.DIRS))
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
@@ -112,7 +136,7 @@ def main() -> None:
     docs = global_docs(rest, tok, max_tokens=args.global_tokens)
     cost = "h200-qwen2.5-32b"
     with tempfile.TemporaryDirectory(prefix="agspec-ab-") as tmp:
-        other = import_other(args.other.resolve(), Path(tmp))
+        other = import_other(args.other.resolve(), Path(tmp), args.other_native)
         trees = {
             "this": setup(agspec, args.variant, docs, cost, args.batch_size),
             "other": setup(other, args.other_variant or args.variant, docs, cost, args.batch_size),
