@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -155,12 +157,62 @@ bool BatchReads::readable(size_t set, size_t cursor) const {
 
 void CursorSet::advance_cursors(const Token* tokens, size_t n, const BatchReads* reads,
                                 size_t self) {
-  for (size_t i = 0; i < cursors_.size(); ++i) {
+  const size_t k = cursors_.size();
+  if (n > 0 && k > 1 && k <= kInterleaved) {
+    bool readable[kInterleaved];
+    if (reads != nullptr) {
+      if (readable_all(*reads, self, readable)) return advance_interleaved(tokens, n, readable);
+    } else {
+      // Every cursor's index held for reading at once (as extend_held would, one by one).
+      std::optional<TokenIndex::Reading> guards[kInterleaved];
+      bool all_open = true;
+      for (size_t i = 0; i < k && all_open; ++i) {
+        try {
+          guards[i].emplace(*indexes_[i], std::nothrow);
+          readable[i] = guards[i]->held();
+        } catch (const StateError&) {
+          all_open = false;
+        }
+      }
+      if (all_open) return advance_interleaved(tokens, n, readable);
+    }
+    // A closed index: the plain loop below raises where it always did.
+  }
+  for (size_t i = 0; i < k; ++i) {
     const TokenIndex& idx = *indexes_[i];
     if (reads) {
       cursors_[i].extend_read(idx, reads->readable(self, i), tokens, n);
     } else {
       cursors_[i].extend_held(idx, tokens, n);
+    }
+  }
+}
+
+bool CursorSet::readable_all(const BatchReads& reads, size_t self, bool* readable) const {
+  try {
+    for (size_t i = 0; i < cursors_.size(); ++i) readable[i] = reads.readable(self, i);
+  } catch (const StateError&) {
+    return false;
+  }
+  return true;
+}
+
+void CursorSet::advance_interleaved(const Token* tokens, size_t n, const bool* readable) {
+  // The cursors step by turns, token by token, each asking for the memory of its next
+  // step before any of them takes it: they are over different indexes, so their cache
+  // misses overlap instead of following each other (-4.5 % per request-step of a B = 64
+  // step_batch: benchmarks/ab_step_batch.py). Every cursor ends as if fed alone.
+  size_t active[kInterleaved];
+  size_t num_active = 0;
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    if (cursors_[i].begin_feed(*indexes_[i], readable[i], tokens, n)) active[num_active++] = i;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t a = 0; a < num_active; ++a) {
+      cursors_[active[a]].prefetch_step(*indexes_[active[a]], tokens[j]);
+    }
+    for (size_t a = 0; a < num_active; ++a) {
+      cursors_[active[a]].feed_one(*indexes_[active[a]], tokens[j]);
     }
   }
 }

@@ -91,6 +91,11 @@ class CursorSet {
   // With `reads`, set `self` of the batch it was taken for.
   void advance_cursors(const Token* tokens, size_t n, const BatchReads* reads = nullptr,
                        size_t self = 0);
+  // A set of up to this many cursors is fed by turns (advance_interleaved), each cursor's
+  // index held for reading (readable[i]: not busy) for the whole call.
+  static constexpr size_t kInterleaved = 8;
+  bool readable_all(const BatchReads& reads, size_t self, bool* readable) const;
+  void advance_interleaved(const Token* tokens, size_t n, const bool* readable);
   void match_lengths_in(int32_t* out, const BatchReads& reads, size_t self);
   std::vector<Token> continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
                                      size_t max_occurrences, const BatchReads& reads, size_t self);

@@ -916,6 +916,15 @@ void MatchCursor::extend_read(const TokenIndex& idx, bool readable, const Token*
   feed(idx, tokens, n);
 }
 
+bool MatchCursor::begin_feed(const TokenIndex& idx, bool readable, const Token* tokens, size_t n) {
+  if (!readable || stale_) {
+    extend_read(idx, readable, tokens, n);  // kept, or the window matched afresh
+    return false;
+  }
+  sync(idx);
+  return true;
+}
+
 void MatchCursor::feed(const TokenIndex& idx, const Token* tokens, size_t n) {
   if (stale_) {
     for (size_t i = 0; i < n; ++i) push_tail(tokens[i]);

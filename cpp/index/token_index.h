@@ -75,6 +75,13 @@ class EdgeTable {
  public:
   EdgeTable();
   int32_t get(int32_t state, Token token) const;
+  // Asks for the cache lines get(state, token) reads first (no effect on results).
+  void prefetch(int32_t state, Token token) const {
+    if (keys_.empty()) return;
+    const size_t i = mix64(key(state, token)) & mask_;
+    __builtin_prefetch(keys_.data() + i);
+    __builtin_prefetch(vals_.data() + i);
+  }
   // The target of a present key, to read or overwrite in place; nullptr when absent.
   int32_t* find(int32_t state, Token token);
   // Inserts a key that is not present.
@@ -180,6 +187,11 @@ class TokenIndex {
   int32_t transition(int32_t state, Token t) const {
     if (st_[state].in_tok == t) return st_[state].in_tgt;
     return st_[state].edge_head == -1 ? -1 : edges_.get(state, t);
+  }
+  // Asks for the cache lines transition(state, t) reads (no effect on results).
+  void prefetch_transition(int32_t state, Token t) const {
+    __builtin_prefetch(st_.data() + state);
+    edges_.prefetch(state, t);
   }
   int32_t state_len(int32_t s) const { return st_[s].len; }
   int32_t state_link(int32_t s) const { return st_[s].link; }
@@ -338,6 +350,17 @@ class MatchCursor {
   int32_t match_length_read(const TokenIndex& idx, bool readable);
   std::vector<Token> continuation_read(const TokenIndex& idx, bool readable, size_t max_tokens,
                                        ContinuationRule rule, size_t max_occurrences);
+  // extend_read in parts, for a caller that steps several cursors by turns so that their
+  // cache misses overlap (CursorSet): begin_feed does what extend_read does before its
+  // steps and returns whether the tokens remain to be stepped (false: kept for later, or
+  // matched already); then, for each token c in order, prefetch_step(idx, c) for every
+  // such cursor and feed_one(idx, c) for each. The same state as extend_read.
+  bool begin_feed(const TokenIndex& idx, bool readable, const Token* tokens, size_t n);
+  void prefetch_step(const TokenIndex& idx, Token c) const { idx.prefetch_transition(state_, c); }
+  void feed_one(const TokenIndex& idx, Token c) {
+    step(idx, c);
+    push_tail(c);
+  }
   std::vector<Occurrence> occurrences(size_t max_count);
   // Tokens after the chosen occurrence of the current match (see ContinuationRule).
   std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);
