@@ -199,10 +199,8 @@ def batch_rule_as_a_loop(curve, step_costs, limit, *, batch_size, mean_draft, me
     return best
 
 
-@settings(max_examples=300, deadline=None)
-@example([0.5, 0.25], [1.0, 1.5, 2.0], 2, 4, -1.0, 1.0)  # x0 + L/B <= 0: C(0)
-@example([0.0], [1.0, 0.5], 0, 1, 2.0, 0.5)  # a falling profile extrapolated to C = 0
-@given(
+# (curve, step costs after the first, limit, batch size, mean draft, mean committed)
+BATCH_RULE_CASES = (
     st.lists(st.floats(0.0, 1.0), min_size=1, max_size=20).map(
         lambda ps: [math.prod(ps[: k + 1]) for k in range(len(ps))]
     ),
@@ -212,6 +210,12 @@ def batch_rule_as_a_loop(curve, step_costs, limit, *, batch_size, mean_draft, me
     st.floats(-1.0, 30.0),
     st.floats(0.5, 20.0),
 )
+
+
+@settings(max_examples=300, deadline=None)
+@example([0.5, 0.25], [1.0, 1.5, 2.0], 2, 4, -1.0, 1.0)  # x0 + L/B <= 0: C(0)
+@example([0.0], [1.0, 0.5], 0, 1, 2.0, 0.5)  # a falling profile extrapolated to C = 0
+@given(*BATCH_RULE_CASES)
 def test_batch_rule_at_shared_prices_is_the_loop(curve, raw, limit, b, mean_draft, mean_c):
     costs = [1.0, *raw[1:]]
     kw = {"batch_size": b, "mean_draft": mean_draft, "mean_committed": mean_c}
@@ -256,16 +260,7 @@ def test_cost_length_reprices_when_the_batch_state_moves():
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=20).map(
-        lambda ps: [math.prod(ps[: k + 1]) for k in range(len(ps))]
-    ),
-    st.lists(st.floats(0.5, 5.0), min_size=2, max_size=20),
-    st.integers(-1, 24),
-    st.integers(1, 128),
-    st.floats(-1.0, 30.0),
-    st.floats(0.5, 20.0),
-)
+@given(*BATCH_RULE_CASES)
 def test_a_table_of_best_lengths_is_the_rule_at_every_limit(
     curve, raw, limit, b, mean_draft, mean_c
 ):
