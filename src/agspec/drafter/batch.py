@@ -216,25 +216,23 @@ def _propose(
     # Each request's source pick and its match, long enough to draft from (slot -1: none).
     picks = match_picks_flat(sets, server.min_match_tokens)
     drafts: list[list[int]] = [[] for _ in range(n)]
-    picked: list[int] = []
-    picked_calls: list[AgSpecCall] = []
-    picked_sets: list[CorpusSet] = []
-    slots: list[int] = []
-    matches: list[int] = []
-    available: list[int] = []
     # Every call's last draft was cleared as its tokens were checked (or it had none).
-    for i, (call, cs, k) in enumerate(zip(calls, sets, caps)):
+    for call in calls:
         call.last_source = None
         call.last_match_length = 0
-        if k > 0 and (slot := picks[2 * i]) >= 0:
-            picked.append(i)
-            picked_calls.append(call)
-            picked_sets.append(cs)
-            slots.append(slot)
-            matches.append(picks[2 * i + 1])
-            available.append(k)
+    all_slots, all_matches = picks[0::2], picks[1::2]
+    picked = [i for i, (slot, k) in enumerate(zip(all_slots, caps)) if slot >= 0 and k > 0]
     if not picked:
         return drafts
+    if len(picked) == n:  # every request drafts (the usual case at large batches)
+        picked_calls, picked_sets = list(calls), sets
+        slots, matches, available = all_slots, all_matches, caps
+    else:
+        picked_calls = [calls[i] for i in picked]
+        picked_sets = [sets[i] for i in picked]
+        slots = [all_slots[i] for i in picked]
+        matches = [all_matches[i] for i in picked]
+        available = [caps[i] for i in picked]
     native = None not in [cs._native for cs in picked_sets]
     policy = server.lengths
     cost_mode, capped_mode = server.cost_mode, server.capped_mode
