@@ -324,8 +324,11 @@ def test_disconnect_mid_stream_frees_the_slot(servers) -> None:
     assert freed_s < 5, f"slot freed only after {freed_s:.1f} s"
     r = chat(spec, [{"role": "user", "content": "Say hi."}], max_tokens=4)
     assert r.choices[0].finish_reason in ("stop", "length")
-    # A plain (non-streamed) request whose client gives up is cancelled the same way.
-    body["stream"] = False
+    # A plain (non-streamed) request whose client gives up is cancelled the same way. Its
+    # prompt makes SmolLM2 write all 1500 tokens (12.7 s here); the counting prompt above
+    # stops after 121, which a fast host finished within the client's 1.5 s (no timeout).
+    story = "Write a very long story about a dragon, at least 1500 words."
+    body = {**body, "stream": False, "messages": [{"role": "user", "content": story}]}
     with pytest.raises(httpx.TimeoutException):
         httpx.post(f"{spec.base_url}/chat/completions", json=body, timeout=1.5)
     t0 = time.monotonic()
