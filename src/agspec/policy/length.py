@@ -259,16 +259,8 @@ class DraftLengthPolicy:
         [0, 1, 2, 3, 3]
         """
         tables = self._tables
-        at = self._tables_at
         survival = self.survival
-        if (
-            at is None
-            or at[0] != survival.version
-            or at[1] is not self.step_costs
-            or at[2] != self.batch_size
-            or at[3] != self.mean_draft
-            or at[4] != self.mean_committed
-        ):
+        if not self._tables_valid():
             tables.clear()
             self._tables_at = (
                 survival.version,
@@ -294,6 +286,18 @@ class DraftLengthPolicy:
                 table = best_lengths_at_prices(curve, self._batch_prices(bound), bound)
             tables[key] = table
         return table
+
+    def _tables_valid(self) -> bool:
+        """Whether the cost tables were computed at the rule's current inputs."""
+        at = self._tables_at
+        return (
+            at is not None
+            and at[0] == self.survival.version
+            and at[1] is self.step_costs
+            and at[2] == self.batch_size
+            and at[3] == self.mean_draft
+            and at[4] == self.mean_committed
+        )
 
     def draft_lengths(
         self,
@@ -369,18 +373,7 @@ class DraftLengthPolicy:
         >>> pol.refresh_cost_tables(); pol._tables
         {('coder', 5): [0, 0, 0, 0, 0]}
         """
-        at = self._tables_at
-        if (
-            at is None
-            or not self._tables
-            or (
-                at[0] == self.survival.version
-                and at[1] is self.step_costs
-                and at[2] == self.batch_size
-                and at[3] == self.mean_draft
-                and at[4] == self.mean_committed
-            )
-        ):
+        if not self._tables or self._tables_valid():
             return
         for (agent, bucket), table in list(self._tables.items()):
             # Any match length of the bucket stands for it (bucket b: b-bit lengths).
@@ -405,11 +398,14 @@ class DraftLengthPolicy:
         self.cost_table(agents[0], match_tokens[0], upto)  # the tables of this state
         tables = self._tables
         top = MATCH_BUCKETS - 1
+        # `cost_table` of each, without its state check per request: a table found long
+        # enough is the one it would return.
+        need = min(upto, self.cost_bound_tokens)
         out = []
         for agent, m in zip(agents, match_tokens):
             bucket = m.bit_length()
             table = tables.get((agent, bucket if bucket < top else top))
-            if table is None or len(table) <= upto and len(table) <= self.cost_bound_tokens:
+            if table is None or len(table) <= need:
                 table = self.cost_table(agent, m, upto)
             out.append(table)
         return out
