@@ -30,6 +30,7 @@ import importlib
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +89,21 @@ def import_other(tree: Path, into: Path, own_native: bool):
     if own_native:
         so = built_native(tree)
         shutil.copy2(so, dst / so.name)
+    if own_native:
+        # Two builds in one nanobind domain abort the process at import: try it in a child.
+        probe = subprocess.run(
+            [sys.executable, "-c", "import agspec._native, agspec_other._native"],
+            cwd=into,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode != 0:
+            raise SystemExit(
+                f"{tree}: its native module cannot be loaded beside this tree's (was it built "
+                "with -C cmake.define.AGSPEC_NB_DOMAIN=ab?): "
+                + (probe.stderr.strip().splitlines() or ["no message"])[-1]
+            )
     sys.path.insert(0, str(into))
     return importlib.import_module("agspec_other")
 
