@@ -153,3 +153,49 @@ def test_long_prompts_resolve_in_one_pass_and_threads_agree() -> None:
     for t in threads:
         t.join()
     assert set(results) == {res.session_id}
+
+
+# --- client ids (session and agent ids a client sends) ---------------------------------
+
+_SAFE_HEADER = __import__("re").compile(r"[A-Za-z0-9._:@+=-]{1,128}")
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=400, deadline=None)
+def test_client_id_is_safe_or_refused_with_the_rule(raw: str) -> None:
+    from agspec.drafter.session_inference import MAX_CLIENT_ID_CHARS, client_id
+
+    bad = (
+        not raw
+        or len(raw) > MAX_CLIENT_ID_CHARS
+        or any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) <= 0xDFFF for c in raw)
+    )
+    if bad:
+        with pytest.raises(ValueError, match="session id: "):
+            client_id(raw)
+        return
+    out = client_id(raw)
+    assert _SAFE_HEADER.fullmatch(out), out  # fits a header, a log line, a file name
+    assert client_id(raw) == out  # stable: the client's next request finds its session
+    assert out == raw or out.startswith("h-")
+
+
+def test_client_id_keeps_safe_ids_and_maps_the_rest() -> None:
+    from agspec.drafter.session_inference import client_id
+
+    assert client_id("mini-swe:task_12@run.3") == "mini-swe:task_12@run.3"
+    assert client_id("ünïcode").startswith("h-") and client_id("日本") != client_id("日本語")
+    assert client_id("😀" * 10).startswith("h-")
+    for raw, rule in [("\x00", "control"), ("a\nb", "control"), ("\ud800", "surrogate"),
+                      ("x" * 257, "at most 256"), ("", "non-empty")]:  # fmt: skip
+        with pytest.raises(ValueError, match=rule):
+            client_id(raw, "user")
+
+
+def test_the_resolver_takes_only_ids_in_the_safe_form() -> None:
+    r = SessionResolver()
+    msgs = [{"role": "user", "content": "x"}]
+    for bad in ("a\nb", "a b", "\x00"):
+        with pytest.raises(ValueError, match="client_id"):
+            r.resolve_messages(msgs, explicit=bad)
+    assert r.resolve_messages(msgs, explicit="h-0123abcd").session_id == "h-0123abcd"

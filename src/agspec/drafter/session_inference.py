@@ -35,8 +35,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import re
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ __all__ = [
     "Resolution",
     "SessionResolver",
     "agent_name",
+    "client_id",
+    "MAX_CLIENT_ID_CHARS",
     "message_text",
     "message_unit",
 ]
@@ -117,6 +121,43 @@ def message_unit(message: Mapping[str, Any]) -> int:
     ]
     data = json.dumps(canon, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+MAX_CLIENT_ID_CHARS = 256
+# Ids in this form reach headers, log lines, metric labels and file names as they are.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
+
+
+def client_id(raw: object, what: str = "session id") -> str:
+    """The id AgSpec uses for a session (or agent) id a client sent: the id itself when it
+    is safe everywhere (up to 128 of ``A-Z a-z 0-9 . _ : @ + = -``, starting with a letter
+    or digit), else ``h-`` and 24 hex digits of its hash, so any printable id the client
+    keeps sending maps to one session. Refused with `ValueError` naming the rule: a
+    non-string, an empty id, one longer than `MAX_CLIENT_ID_CHARS`, a control character
+    (NUL, newline, ...) or a lone surrogate.
+
+    >>> client_id("swe-task-12")
+    'swe-task-12'
+    >>> client_id("Ana García")
+    'h-16cb5d78204f31c6256b960c'
+    >>> client_id("a\\nb")
+    Traceback (most recent call last):
+    ...
+    ValueError: session id: must not hold control characters (U+000A at character 1)
+    """
+    if not isinstance(raw, str):
+        raise ValueError(f"{what}: expected a string, got {type(raw).__name__}")
+    if not raw:
+        raise ValueError(f"{what}: must be a non-empty string")
+    if len(raw) > MAX_CLIENT_ID_CHARS:
+        raise ValueError(f"{what}: at most {MAX_CLIENT_ID_CHARS} characters, got {len(raw)}")
+    if _SAFE_ID.fullmatch(raw):
+        return raw
+    for i, ch in enumerate(raw):
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            kind = "a lone surrogate" if unicodedata.category(ch) == "Cs" else "control characters"
+            raise ValueError(f"{what}: must not hold {kind} (U+{ord(ch):04X} at character {i})")
+    return "h-" + hashlib.blake2b(raw.encode("utf-8"), digest_size=12).hexdigest()
 
 
 def agent_name(system_prompt: str | None) -> str:
@@ -291,8 +332,14 @@ class SessionResolver:
         return _prefix_hashes(units, self._powers[0]), _prefix_hashes(units, self._powers[1])
 
     def _resolve(self, kind: Kind, units: np.ndarray, explicit: str | None) -> Resolution:
-        if explicit is not None and (not isinstance(explicit, str) or not explicit):
-            raise ValueError("an explicit session id must be a non-empty string")
+        if explicit is not None and (
+            not isinstance(explicit, str) or _SAFE_ID.fullmatch(explicit) is None
+        ):
+            # Only ids in the safe form may name a session: they reach headers and logs.
+            raise ValueError(
+                "an explicit session id must be a non-empty string in the form that "
+                f"client_id() gives, got {explicit!r:.80}"
+            )
         expired: list[str] = []
         with self._lock:
             h1, h2 = self._hashes(units)

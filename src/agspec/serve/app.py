@@ -43,6 +43,7 @@ from agspec.serve.schema import (
     CompletionRequest,
     parse_chat,
     parse_completion,
+    safe_id,
 )
 
 __all__ = ["create_app"]
@@ -107,6 +108,9 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _any_error(request: Request, exc: Exception) -> JSONResponse:
+        job = getattr(request.state, "job", None)
+        if job is not None:  # no later request may join a session that failed unchecked
+            engine.fail_session(job.resolution.session_id)
         return _error_response(APIError(500, f"internal error: {exc}", type="server_error"))
 
     def check_model(model: str | None) -> None:
@@ -243,13 +247,13 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
         if len(ids) >= engine.n_ctx:
             raise too_long(len(ids), "messages")
         system = next((mm["content"] for mm in req.messages if mm["role"] == "system"), None)
-        agent = request.headers.get("x-agspec-agent") or agent_name(system)
-        explicit = request.headers.get("x-agspec-session") or req.session
+        agent, explicit = _client_ids(request, agent_name(system), req.session)
         job, events = make_job(
             prompt_ids=ids, sampling=req.sampling, agent=agent, explicit=explicit, kind="chat",
             messages=req.messages, hold_all=bool(tools), stream=req.stream,
             return_ids=_wants_ids(request),
         )  # fmt: skip
+        request.state.job = job
         use_tools = bool(tools)
         tool_names = {t["function"]["name"] for t in tools or ()}
 
@@ -317,13 +321,13 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             raise APIError(400, "prompt: is empty after tokenization", param="prompt")
         if len(ids) >= engine.n_ctx:
             raise too_long(len(ids), "prompt")
-        agent = request.headers.get("x-agspec-agent") or "agent-default"
-        explicit = request.headers.get("x-agspec-session") or req.session
+        agent, explicit = _client_ids(request, "agent-default", req.session)
         job, events = make_job(
             prompt_ids=ids, sampling=req.sampling, agent=agent, explicit=explicit,
             kind="completion", prompt_text=text, stream=req.stream,
             return_ids=_wants_ids(request),
         )  # fmt: skip
+        request.state.job = job
         submit(job, "completions")
         cid = f"cmpl-{secrets.token_hex(12)}"
         created = int(time.time())
@@ -351,6 +355,18 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
         return JSONResponse(body, headers=headers_for(job))
 
     return app
+
+
+def _client_ids(request: Request, agent: str, session: str | None) -> tuple[str, str | None]:
+    """The agent and explicit session of a request, each in the safe form (`safe_id`):
+    the X-AgSpec-Agent / X-AgSpec-Session headers win over the body's ids."""
+    raw_agent = request.headers.get("x-agspec-agent")
+    if raw_agent:
+        agent = safe_id(raw_agent, "X-AgSpec-Agent")
+    raw_session = request.headers.get("x-agspec-session")
+    if raw_session:
+        session = safe_id(raw_session, "X-AgSpec-Session")
+    return agent, session
 
 
 def _wants_ids(request: Request) -> bool:

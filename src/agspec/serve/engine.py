@@ -420,10 +420,19 @@ class Engine:
                 log.exception("generation failed")
                 self._reset_cache()
                 final = Failed(APIError(500, f"generation failed: {exc}", type="server_error"))
+                self.fail_session(job.resolution.session_id)
             self.running = 0
             self.metrics.running.set(0)
             self._recent_s.append(time.monotonic() - t0)
             job.emit(final)  # after the slot is free: a client that sees it sees a free slot
+
+    def fail_session(self, sid: str) -> None:
+        """A request of session `sid` failed with a server error: forget the session's
+        boundaries, so that no later request is joined to it unchecked (it starts a new
+        session), and end its drafter session on the worker, before its next job. Safe
+        from any thread."""
+        self.resolver.forget(sid)
+        self._expired.append(sid)
 
     def _reset_cache(self) -> None:
         try:

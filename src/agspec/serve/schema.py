@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agspec._text import find_lone_surrogate, surrogate_message
+from agspec.drafter.session_inference import client_id
 from agspec.traces.schema import json_type_name
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "SamplingParams",
     "parse_chat",
     "parse_completion",
+    "check_text",
+    "safe_id",
     "MESSAGE_ROLES",
 ]
 
@@ -169,6 +173,15 @@ class CompletionRequest:
     session: str | None
 
 
+def check_text(body: Any) -> None:
+    """Refuse a body with a lone surrogate in any string (`agspec._text`): a 400 naming
+    the field, before anything tokenizes, hashes or echoes it."""
+    bad = find_lone_surrogate(body)
+    if bad is not None:
+        where, pos = bad
+        raise APIError(400, f"{where}: {surrogate_message(pos)}", param=where)
+
+
 def _need_object(body: Any) -> Mapping[str, Any]:
     if not isinstance(body, dict):
         raise APIError(
@@ -258,6 +271,15 @@ def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
     return bool(v)
 
 
+def safe_id(raw: Any, param: str) -> str:
+    """A client's session or agent id as the server uses it (`client_id`); a 400 naming
+    `param` when it is refused."""
+    try:
+        return client_id(raw, param)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from None
+
+
 def _explicit_session(body: Mapping[str, Any]) -> str | None:
     meta = body.get("metadata")
     if meta is not None:
@@ -265,11 +287,9 @@ def _explicit_session(body: Mapping[str, Any]) -> str | None:
             raise _bad("metadata", f"expected an object, got {_type_name(meta)}")
         sid = meta.get("session_id")
         if sid is not None:
-            if not isinstance(sid, str) or not sid:
-                raise _bad("metadata.session_id", "expected a non-empty string")
-            return sid
+            return safe_id(sid, "metadata.session_id")
     user = _opt_str(body, "user")
-    return user or None
+    return safe_id(user, "user") if user else None
 
 
 def _content_text(content: Any, where: str, *, required: bool) -> str:
@@ -407,6 +427,7 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
 def parse_chat(body: Any) -> ChatRequest:
     """Validate a `/v1/chat/completions` body (see the module docstring)."""
     body = _need_object(body)
+    check_text(body)
     model = _opt_str(body, "model")
     messages = _messages(body.get("messages"))
     _unsupported(body)
@@ -428,6 +449,7 @@ def parse_chat(body: Any) -> ChatRequest:
 def parse_completion(body: Any) -> CompletionRequest:
     """Validate a `/v1/completions` body: `prompt` is a string or one list of token ids."""
     body = _need_object(body)
+    check_text(body)
     model = _opt_str(body, "model")
     raw = body.get("prompt")
     prompt: str | list[int]

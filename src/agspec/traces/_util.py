@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from agspec._text import find_lone_surrogate, surrogate_message
 from agspec.traces.schema import TraceFormatError
 
 # A real trace is at most tens of MB; refuse absurd inputs before parsing them.
@@ -31,13 +32,17 @@ def decode_text(data: bytes, name: str) -> str:
 def load_json(data: bytes, name: str) -> Any:
     text = decode_text(data, name)
     try:
-        return json.loads(text)
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(
             f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     except RecursionError:
         raise TraceFormatError(f"{name}: JSON nested too deeply") from None
+    bad = find_lone_surrogate(obj)
+    if bad is not None:  # the one rule for text from outside (agspec._text)
+        raise TraceFormatError(f"{name}: {bad[0]}: {surrogate_message(bad[1])}")
+    return obj
 
 
 def need(d: Any, key: str, typ: type, where: str) -> Any:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from agspec._text import lone_surrogate, surrogate_message
+
 __all__ = [
     "FORMAT_VERSION",
     "Role",
@@ -281,6 +283,10 @@ def _need(d: dict[str, Any], key: str, typ: type, where: str) -> Any:
         raise TraceFormatError(
             f"{where}.{key}: expected {_TYPE_NAMES.get(typ, typ.__name__)}, got {_json_type(v)}"
         )
+    if typ is str:
+        pos = lone_surrogate(v)
+        if pos is not None:  # the one rule for text from outside (agspec._text)
+            raise TraceFormatError(f"{where}.{key}: {surrogate_message(pos)}")
     return v
 
 
