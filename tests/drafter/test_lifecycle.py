@@ -164,3 +164,36 @@ def test_config_rejects_bad_values_naming_the_field(field: str, value: object) -
 def test_config_accepts_its_defaults_and_ints_for_floats() -> None:
     cfg = AgSpecConfig(session_ttl_s=10, scale_max=4)
     assert cfg.session_ttl_s == 10 and math.isfinite(cfg.scale_step)
+
+
+@pytest.mark.parametrize(
+    "step,error,message",
+    [
+        (lambda s, c: c.propose("8"), TypeError,
+         r"max_tokens must be an int in \[0, 65536\], got str"),
+        (lambda s, c: c.propose(None), TypeError, "max_tokens must be an int.*got NoneType"),
+        (lambda s, c: c.propose(2.5), TypeError, "max_tokens must be an int.*got float"),
+        (lambda s, c: c.propose(True), TypeError, "max_tokens must be an int.*got bool"),
+        (lambda s, c: c.propose(-1), ValueError, r"max_tokens must be in \[0, 65536\], got -1"),
+        (lambda s, c: c.accept(None), TypeError,
+         "committed_ids must be a sequence of int token ids, got NoneType"),
+        (lambda s, c: s.call(None), ValueError, "agent must be a non-empty str, got NoneType"),
+        (lambda s, c: s.call("a", 3), TypeError, "role must be a str, got int"),
+        (lambda s, c: s.call("a", "code", "x"), ValueError, "turn must be an int >= 0, got str"),
+        (lambda s, c: s.call("a", "code", -2), ValueError, "turn must be an int >= 0, got -2"),
+        (lambda s, c: s.server.session(5), ValueError,
+         "session_id must be a non-empty str, got int"),
+    ],
+    ids=["propose-str", "propose-none", "propose-float", "propose-bool", "propose-negative",
+         "accept-none", "agent-none", "role-int", "turn-str", "turn-negative", "session-int"],
+)  # fmt: skip
+def test_refusals_name_the_argument_its_type_and_the_accepted_range(step, error, message) -> None:
+    srv = AgSpecServer(tokenizer=CharTokenizer())
+    s = srv.session("s")
+    c = s.call("a", "code", 0)
+    c.begin(toks("abcabc"))
+    with pytest.raises(error, match=message):
+        step(s, c)
+    # The refusal changed nothing: the call still drafts and commits.
+    draft = c.propose(4)
+    c.accept(draft[:1] or toks("a"))

@@ -149,6 +149,12 @@ class AgSpecCall:
     def propose(self, max_tokens: int) -> list[int]:
         if not self._begun or self._ended:
             raise self._not_live("propose()")
+        if type(max_tokens) is not int:
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)):
+                raise TypeError(
+                    f"max_tokens must be an int in [0, 65536], got {type(max_tokens).__name__}"
+                )
+            max_tokens = int(max_tokens)
         if max_tokens < 0 or max_tokens > 1 << 16:
             raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
         self._draft = []

@@ -189,7 +189,8 @@ class AgSpecServer:
 
     def session(self, session_id: str, *, emission_format: str = "none") -> AgSpecSession:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError("session_id must be a non-empty str")
+            got = repr(session_id) if isinstance(session_id, str) else type(session_id).__name__
+            raise ValueError(f"session_id must be a non-empty str, got {got}")
         s = self._sessions.get(session_id)
         if s is None:
             self._evict()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from agspec.corpora import SessionCorpus, WorkspaceCorpus
 from agspec.drafter.call import AgSpecCall
 from agspec.index.engines import ENGINES
@@ -52,6 +54,14 @@ class AgSpecSession:
 
     def call(self, agent: str, role: str = "other", turn: int = 0) -> AgSpecCall:
         self._check_open()
+        if not isinstance(agent, str) or not agent:
+            got = repr(agent) if isinstance(agent, str) else type(agent).__name__
+            raise ValueError(f"agent must be a non-empty str, got {got}")
+        if not isinstance(role, str):
+            raise TypeError(f"role must be a str, got {type(role).__name__}")
+        if isinstance(turn, bool) or not isinstance(turn, (int, np.integer)) or turn < 0:
+            got = str(turn) if isinstance(turn, (int, np.integer)) else type(turn).__name__
+            raise ValueError(f"turn must be an int >= 0, got {got}")
         self._num_calls += 1
         call = AgSpecCall(self, agent, role, turn, doc_id=self._num_calls)
         self._calls.add(call)

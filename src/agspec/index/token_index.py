@@ -94,7 +94,12 @@ def as_tokens(
             raise TypeError(
                 f"{what} must be a sequence of int token ids, got {type(tokens).__name__}"
             )
-        items = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+        try:
+            items = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+        except TypeError:
+            raise TypeError(
+                f"{what} must be a sequence of int token ids, got {type(tokens).__name__}"
+            ) from None
         try:
             raw = np.asarray(items)
         except (ValueError, TypeError, OverflowError) as exc:
