@@ -154,6 +154,8 @@ def test_growth_evicts_least_recently_used_sessions_first() -> None:
         ("global_margin_tokens", 0.5),
         ("use_global", 1),
         ("session_rule", "newest"),
+        ("memory_budget_bytes", 4096),
+        ("memory_budget_bytes", -1),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(field: str, value: object) -> None:
@@ -197,3 +199,37 @@ def test_refusals_name_the_argument_its_type_and_the_accepted_range(step, error,
     # The refusal changed nothing: the call still drafts and commits.
     draft = c.propose(4)
     c.accept(draft[:1] or toks("a"))
+
+
+def _fill(server: AgSpecServer, rng: np.random.Generator, sessions: int) -> int:
+    """`sessions` sessions of one call each (code-like prompt, 200 steps of output);
+    the peak of the server's measured corpus bytes, taken after every call's start."""
+    words = rng.integers(1, 400, 60).tolist()  # a small vocabulary repeats, as code does
+    peak = 0
+    for i in range(sessions):
+        call = server.session(f"s{i}").call("coder")
+        call.begin([0, *rng.choice(words, 3000).tolist()])
+        peak = max(peak, server.memory_bytes())
+        for tok in rng.integers(1, 400, 200).tolist():
+            call.accept([*call.propose(4)[:2], tok])
+        call.end()
+        peak = max(peak, server.memory_bytes())
+    return peak
+
+
+def test_the_memory_budget_bounds_the_measured_corpora_and_drafting_goes_on() -> None:
+    budget = 4 << 20
+    unbounded = _fill(_server(use_history=True), np.random.default_rng(3), 40)
+    assert unbounded > 3 * budget  # the workload needs far more than the budget
+    server = _server(use_history=True, memory_budget_bytes=budget)
+    peak = _fill(server, np.random.default_rng(3), 40)
+    # At most one call's growth past the last fit (a call's start measures again).
+    assert peak <= 1.1 * budget, (peak, budget)
+    assert server.live_token_budget < AgSpecConfig().live_token_budget
+    assert server.history_budget_tokens <= server.live_token_budget
+    # The newest session is kept and still drafts from what it holds.
+    newest = server.get_session("s39")
+    held = newest.session_corpus.index.document(1)
+    call = newest.call("coder")
+    call.begin([0, *held[:40]])
+    assert call.propose(8) == held[40:48]

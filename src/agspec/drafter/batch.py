@@ -147,7 +147,7 @@ def step_batch(
                         # The last step's cost tables at this step's state, while the
                         # helpers still move cursors (the plan below reads them).
                         policy.refresh_cost_tables()
-                    if shared._live_tokens + sum(sizes) <= shared.config.live_token_budget:
+                    if shared._live_tokens + sum(sizes) <= shared.live_token_budget:
                         _count_within_budget(shared, applied, sizes)
                         counted = True
             finally:
@@ -189,7 +189,7 @@ def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) ->
     """`AgSpecCall._count` for every applied call of one server, in order (`sizes`: how
     many tokens each committed)."""
     live = server._live_tokens
-    budget = server.config.live_token_budget
+    budget = server.live_token_budget
     for call, k in zip(applied, sizes):
         # Checked call by call: going over the budget may stop other calls' indexing.
         if call._index_output:

@@ -120,6 +120,7 @@ class AgSpecCall:
                 appends.append((sess.session_corpus.index, self._doc_id))
         if cfg.use_workspace:
             entries.append(("workspace", sess.workspace.index, cfg.workspace_rule))
+        server.fit_memory_budget(sess)
         history = server.open_history()
         if history is not None:
             entries.append(("history", history[0], cfg.history_rule))
@@ -270,7 +271,7 @@ class AgSpecCall:
             sess._counted += n
             server = sess.server
             server._live_tokens += n
-            if server._live_tokens > server.config.live_token_budget:
+            if server._live_tokens > server.live_token_budget:
                 server._over_budget(sess)
 
     def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:

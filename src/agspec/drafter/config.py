@@ -13,6 +13,7 @@ from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule
 
 LengthMode = Literal["static", "match", "cap", "cap+scale", "cost"]
+MIN_MEMORY_BUDGET_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class AgSpecConfig:
     engine: str = "native"
     session_ttl_s: float = 3600.0
     live_token_budget: int = 50_000_000
+    # 0: off. Else the most bytes the corpora that grow (live sessions' session and
+    # workspace indexes, the history) may hold, by their indexes' measured size; it
+    # lowers the two token budgets above to fit (AgSpecServer.fit_memory_budget).
+    memory_budget_bytes: int = 0
 
     def __post_init__(self) -> None:
         # Types first: a bool or a float where a count goes is a mistake, not a count.
@@ -85,6 +90,11 @@ class AgSpecConfig:
         for name in ("live_token_budget", "history_budget_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        if self.memory_budget_bytes != 0 and self.memory_budget_bytes < MIN_MEMORY_BUDGET_BYTES:
+            raise ValueError(
+                f"memory_budget_bytes must be 0 (off) or >= {MIN_MEMORY_BUDGET_BYTES} "
+                f"(1 MiB), got {self.memory_budget_bytes}"
+            )
         if not 0 < self.scale_step <= 1:
             raise ValueError(f"scale_step must be in (0, 1], got {self.scale_step}")
         if not 0 < self.scale_min <= 1.0 <= self.scale_max:

@@ -134,6 +134,10 @@ class AgSpecServer:
         self.capped_mode = cfg.length_mode in ("cap", "cap+scale")
         self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
+        # The token budgets in force: the config's, lowered to fit memory_budget_bytes.
+        self.live_token_budget = cfg.live_token_budget
+        self.history_budget_tokens = cfg.history_budget_tokens
+        self._fitted_tokens = -1  # live + history tokens when the budgets were last fitted
 
     def set_batch_size(self, batch_size: int) -> None:
         """Prices the cost rule (length_mode "cost") at `batch_size` requests per step from
@@ -171,7 +175,7 @@ class AgSpecServer:
         """
         if self.history is None:
             return None
-        if self.history.num_tokens >= self.config.history_budget_tokens:
+        if self.history.num_tokens >= self.history_budget_tokens:
             self.history = ENGINES.get(self.config.engine)()
         self._history_docs += 1
         return self.history, self._history_docs
@@ -222,6 +226,47 @@ class AgSpecServer:
         """Tokens held by the live sessions' session and workspace corpora."""
         return self._live_tokens
 
+    def memory_bytes(self) -> int:
+        """Bytes held by the corpora that grow: every live session's session and workspace
+        index and the history (the indexes' own measure, `TokenIndex.num_bytes`). The
+        global corpus is loaded once and is not counted."""
+        total = self.history.num_bytes() if self.history is not None else 0
+        for s in self._sessions.values():
+            total += s.session_corpus.index.num_bytes() + s.workspace.index.num_bytes()
+        return total
+
+    def fit_memory_budget(self, current: AgSpecSession | None = None) -> None:
+        """With `memory_budget_bytes` set, lowers the live and history token budgets so
+        that the corpora that grow fit in it at their measured bytes per token, and evicts
+        the least recently used sessions other than `current` past the new live budget.
+        The history gets at most a quarter of the tokens. Measured again after every 1/16
+        growth (at least 4,096 tokens), at the start of a call; a call's own growth shows
+        at the next."""
+        budget = self.config.memory_budget_bytes
+        if not budget:
+            return
+        history_tokens = self.history.num_tokens if self.history is not None else 0
+        tokens = self._live_tokens + history_tokens
+        if self._fitted_tokens >= 0 and abs(tokens - self._fitted_tokens) < max(
+            4096, self._fitted_tokens >> 4
+        ):
+            return
+        self._fitted_tokens = tokens
+        per_token = self.memory_bytes() / max(tokens, 1)
+        allowed = int(budget / max(per_token, 1.0))
+        cfg = self.config
+        history = min(cfg.history_budget_tokens, allowed // 4) if self.history is not None else 0
+        self.history_budget_tokens = max(1, history)
+        self.live_token_budget = max(1, min(cfg.live_token_budget, allowed - history))
+        if self.history is not None and history_tokens > self.history_budget_tokens:
+            self.history = ENGINES.get(cfg.engine)()  # started afresh, as at its budget
+        if self._live_tokens > self.live_token_budget:
+            # The session starting a call is spared (it stops indexing if alone over).
+            if current is not None:
+                self._over_budget(current)
+            else:
+                self._evict()
+
     def _close(self, s: AgSpecSession) -> None:
         """Ends `s` for good: its calls stop (KeyError) and its corpora are freed, even
         while a caller still holds the session or one of its call objects."""
@@ -244,13 +289,13 @@ class AgSpecServer:
         """`s` indexed `num_tokens` more; keeps the live total within the budget."""
         s._counted += num_tokens
         self._live_tokens += num_tokens
-        if self._live_tokens > self.config.live_token_budget:
+        if self._live_tokens > self.live_token_budget:
             self._over_budget(s)
 
     def _over_budget(self, s: AgSpecSession) -> None:
         """Evicts the least recently used other sessions; when `s` alone is over the
         budget, `s` stops indexing (one warning) and drafts from what it holds."""
-        budget = self.config.live_token_budget
+        budget = self.live_token_budget
         while self._live_tokens > budget:
             victim = next((v for v in self._sessions.values() if v is not s), None)
             if victim is None:
@@ -282,7 +327,7 @@ class AgSpecServer:
             log.info("evicting idle session %s", sid)
             del self._sessions[sid]
             self._close(s)
-        while self._sessions and self._live_tokens > self.config.live_token_budget:
+        while self._sessions and self._live_tokens > self.live_token_budget:
             sid, s = self._sessions.popitem(last=False)
             log.info("evicting session %s to stay within the live token budget", sid)
             self._close(s)

@@ -58,6 +58,7 @@ class EngineConfig:
     session_ttl_s: float = 3600.0
     max_sessions: int = 256
     session_token_budget: int = 20_000_000
+    memory_budget_bytes: int = 0  # 0: off; else the drafter corpora's byte budget
     num_draft_tokens: int = 16
     cache_dir: str | None = None  # model cache
 
@@ -110,6 +111,7 @@ class Job:
     # Called on the worker thread with the finished answer; returns the assistant message
     # (chat: text and parsed tool calls) that the session resolver remembers.
     on_done: Callable[[Finished], dict[str, Any] | None] | None = None
+    final: Finished | Failed | None = None  # the outcome, as the route received it
 
 
 class _TokenizerView:
@@ -287,6 +289,7 @@ class Engine:
                 break_even_prob=float(break_even_accept_prob(cost_model, 1)),
                 session_ttl_s=self.config.session_ttl_s,
                 live_token_budget=self.config.session_token_budget,
+                memory_budget_bytes=self.config.memory_budget_bytes,
             )
             state = Path(self.config.state_dir) if self.config.state_dir else None
             if state is not None:
