@@ -236,3 +236,17 @@ def test_fuzzed_bodies_get_2xx_or_a_named_4xx_and_the_server_stays_healthy(http)
     assert http.get("/health").json()["status"] == "ok"
     after = post(http, "/v1/chat/completions", clean).json()["choices"][0]["message"]
     assert after == before
+
+
+def test_every_request_gets_one_access_log_line(server, http) -> None:
+    tag = "log-probe-7f3a"
+    ok = post(http, "/v1/chat/completions", chat(f"Echo {tag}.", user=tag))
+    bad = post(http, "/v1/chat/completions", chat(user="a\nb"))
+    assert ok.status_code == 200 and bad.status_code == 400
+    usage = ok.json()["usage"]
+    lines = server.log().splitlines()
+    mine = [ln for ln in lines if f"session={tag} " in ln]
+    assert len(mine) == 1, mine
+    assert "POST /v1/chat/completions 200 " in mine[0]
+    assert f"prompt={usage['prompt_tokens']} completion={usage['completion_tokens']} " in mine[0]
+    assert any("POST /v1/chat/completions 400 param=user" in ln for ln in lines)

@@ -3,6 +3,7 @@
     agspec serve [--model NAME|PATH.gguf] [--host 127.0.0.1] [--port 8000] [--threads N]
                  [--n-ctx N] [--drafter agspec|none|<any registered drafter>]
                  [--cost-profile FILE] [--state-dir DIR] [--record FILE.jsonl]
+                 [--memory-budget SIZE]
 
 Needs the `serve` extra (`pip install 'agspec[serve]'`) and llama-cpp-python.
 """
@@ -13,16 +14,47 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+EXAMPLES = """examples:
+  agspec serve                                   # Qwen2.5-Coder-0.5B, AgSpec drafting, :8000
+  agspec serve --model path/to/model.gguf --threads 8 --port 9000
+  agspec serve --drafter none                    # plain decoding, the same server
+  agspec serve --memory-budget 2G --state-dir ~/.agspec-state
+then point any OpenAI client at http://127.0.0.1:8000/v1 (docs/serve.md)
+"""
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size such as `512M`, `2G`, `1.5GiB` or `1048576` (powers of 1024).
+
+    >>> parse_size("2G"), parse_size("512m"), parse_size("1048576")
+    (2147483648, 536870912, 1048576)
+    """
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 512M, 2G or a number of bytes, got {text!r}"
+        )
+    unit = m.group(2).lower()
+    scale = 1024 ** ("kmgt".find(unit) + 1) if unit else 1
+    return int(float(m.group(1)) * scale)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "serve", help="OpenAI-compatible server (llama.cpp) with AgSpec drafting"
+        "serve",
+        help="OpenAI-compatible server (llama.cpp) with AgSpec drafting",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--model",
@@ -97,6 +129,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the most draft tokens per step (default 16)",
     )
     p.add_argument(
+        "--memory-budget",
+        type=parse_size,
+        default=0,
+        metavar="SIZE",
+        help="the most memory the drafter's growing corpora (live sessions, history) may "
+        "hold, e.g. 2G; measured on the indexes, the least recently used sessions go first "
+        "(default: no byte budget, 20M live tokens)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -117,6 +158,38 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("request_timeout", "session_ttl", "drain_timeout"):
         if not getattr(args, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.memory_budget and args.memory_budget < 1 << 20:
+        raise ValueError(f"--memory-budget must be 0 (off) or >= 1M, got {args.memory_budget}")
+    _check_drafter(args.drafter)
+    _check_port(args.host, args.port)
+
+
+def _check_drafter(name: str) -> None:
+    """A misspelt --drafter fails at once, before the profile and the model load."""
+    from agspec.drafter import VARIANTS
+    from agspec.lab.registry import drafter_names
+
+    if name == "none" or name in VARIANTS:
+        return
+    known = [n for n in drafter_names() if n != "oracle"]
+    if name not in known:
+        names = ", ".join(["none", *VARIANTS, *[n for n in known if n not in VARIANTS]])
+        raise ValueError(f"--drafter: unknown drafter {name!r}; known: {names}")
+
+
+def _check_port(host: str, port: int) -> None:
+    """A busy port fails at once, not after the model loads (nothing stays bound)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ValueError(
+                f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                "is another server running there? pick another with --port"
+            ) from None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -149,6 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
             session_ttl_s=args.session_ttl,
             max_sessions=args.max_sessions,
             num_draft_tokens=args.num_draft_tokens,
+            memory_budget_bytes=args.memory_budget,
         ),
         progress=progress,
     )
@@ -159,7 +233,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         timeout_graceful_shutdown=int(max(1, args.drain_timeout)),
-        access_log=False,
+        access_log=False,  # ours (agspec.serve.access) has tokens and drafting per request
     )
     server = _Server(config)
     progress(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -47,6 +48,10 @@ from agspec.serve.schema import (
 )
 
 __all__ = ["create_app"]
+
+# The access log: one line per request (method, path, status, time, tokens, drafted and
+# accepted tokens, session and agent ids, which are in their safe form by then).
+access = logging.getLogger("agspec.serve.access")
 
 MAX_BODY_BYTES = 64 << 20
 
@@ -95,6 +100,10 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        access.info(
+            "%s %s %d %s", request.method, request.url.path, exc.status,
+            f"param={exc.param}" if exc.param else exc.code or exc.type,
+        )  # fmt: skip
         return _error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
@@ -188,6 +197,8 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
                     job.cancel.set()
                     return None
                 ev = getter.result()
+                if isinstance(ev, (Failed, Finished)):
+                    job.final = ev
                 if isinstance(ev, Failed):
                     raise ev.error
                 if isinstance(ev, Finished):
@@ -204,6 +215,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
     def count(endpoint: str, job: Job, status: str, t0: float) -> None:
         m.requests.labels(endpoint, m.agent_label(job.agent), status).inc()
         m.latency.observe(time.monotonic() - t0)
+        _log_access(job, endpoint, status, t0)
 
     # --- routes ---------------------------------------------------------------------------
 
@@ -357,6 +369,23 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
     return app
 
 
+def _log_access(job: Job, endpoint: str, status: str, t0: float) -> None:
+    """One line per answered request: endpoint, status, time, tokens, drafting, ids."""
+    if not access.isEnabledFor(logging.INFO):
+        return
+    done = job.final if isinstance(job.final, Finished) else None
+    stats = done.stats if done is not None else {}
+    access.info(
+        "POST /v1/%s %s %.0fms prompt=%d completion=%d drafted=%d accepted=%d "
+        "session=%s agent=%s",
+        "chat/completions" if endpoint == "chat" else endpoint, status,
+        (time.monotonic() - t0) * 1000.0, len(job.prompt_ids),
+        done.completion_tokens if done is not None else 0,
+        stats.get("drafted_tokens", 0), stats.get("accepted_tokens", 0),
+        job.resolution.session_id, job.agent,
+    )  # fmt: skip
+
+
 def _client_ids(request: Request, agent: str, session: str | None) -> tuple[str, str | None]:
     """The agent and explicit session of a request, each in the safe form (`safe_id`):
     the X-AgSpec-Agent / X-AgSpec-Session headers win over the body's ids."""
@@ -428,6 +457,7 @@ async def _stream(
                 yield _sse(on_delta(ev.text))
                 continue
             finished = True
+            job.final = ev
             if isinstance(ev, Failed):
                 count(str(ev.error.status))
                 yield _sse(ev.error.body())
