@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from agspec._memory import release_free_memory
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
 from agspec.corpora.corpus_set import SourceRule
 from agspec.drafter.config import AgSpecConfig
@@ -25,6 +26,9 @@ from agspec.policy.source import Source
 from agspec.policy.survival import MatchSurvival
 
 log = logging.getLogger(__name__)
+
+# With a byte budget, the corpora are fitted to this share of it (the rest is headroom).
+MEMORY_FIT_SHARE = 0.9
 
 
 class AgSpecServer:
@@ -253,13 +257,16 @@ class AgSpecServer:
             return
         self._fitted_tokens = tokens
         per_token = self.memory_bytes() / max(tokens, 1)
-        allowed = int(budget / max(per_token, 1.0))
+        # Aim under the budget: the corpora grow between fits (a call's own tokens) and
+        # an array that outgrows its capacity is copied into one twice its size.
+        allowed = int(MEMORY_FIT_SHARE * budget / max(per_token, 1.0))
         cfg = self.config
         history = min(cfg.history_budget_tokens, allowed // 4) if self.history is not None else 0
         self.history_budget_tokens = max(1, history)
         self.live_token_budget = max(1, min(cfg.live_token_budget, allowed - history))
         if self.history is not None and history_tokens > self.history_budget_tokens:
             self.history = ENGINES.get(cfg.engine)()  # started afresh, as at its budget
+            release_free_memory()
         if self._live_tokens > self.live_token_budget:
             # The session starting a call is spared (it stops indexing if alone over).
             if current is not None:
@@ -284,6 +291,8 @@ class AgSpecServer:
             )
         # Closed sessions refuse every use, so they can share one pair of empty corpora.
         s.session_corpus, s.workspace = self._empty
+        if self.config.memory_budget_bytes:
+            release_free_memory()  # or the freed arrays stay in the process's RSS
 
     def _grew(self, s: AgSpecSession, num_tokens: int) -> None:
         """`s` indexed `num_tokens` more; keeps the live total within the budget."""
