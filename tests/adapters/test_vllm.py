@@ -12,16 +12,14 @@ import gc
 import importlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import missing_engine
 
 from agspec.adapters.vllm import ProposerOptions, speculative_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import vllm_common  # noqa: E402
+from agspec.adapters.vllm import workload as vllm_common
 
 MAX_NEW = 32
 MAX_PROMPT = 1400
@@ -140,7 +138,7 @@ def test_profile_step_times_keep_only_full_batch_steps_with_rejected_drafts() ->
 
 # -- vLLM (CPU build) ----------------------------------------------------------------------
 
-_SKIP = vllm_common.vllm_skip_reason()
+_SKIP = missing_engine("vllm")
 live = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 

@@ -135,10 +135,14 @@ def test_save_while_another_thread_makes_small_extends():
         tmp = tempfile.mkdtemp()
         idx = TokenIndex()
         idx.extend(0, big(1_000_000))  # each save takes well over the 10 ms a call waits
-        paths = [os.path.join(tmp, f"s{i}.agidx") for i in range(4)]
+        # Four saves at least, and more until an extend was refused during one (the
+        # event, not the machine's speed, says when the scenario has happened).
+        paths, overlapped = [], threading.Event()
         def saves():
-            for p in paths:
-                idx.save(p)
+            while len(paths) < 4 or not overlapped.is_set():
+                assert len(paths) < 50, "no extend overlapped 50 saves"
+                paths.append(os.path.join(tmp, f"s{len(paths)}.agidx"))
+                idx.save(paths[-1])
         t, box = in_thread(saves)
         extended, refused = [], 0
         i = 0
@@ -149,6 +153,7 @@ def test_save_while_another_thread_makes_small_extends():
                 extended.extend(chunk)
             except IndexStateError:
                 refused += 1
+                overlapped.set()
             i += 1
         t.join()
         assert "error" not in box, box
