@@ -37,9 +37,9 @@ from typing import Any
 
 from agspec.drafter import VARIANTS, AgSpecServer
 from agspec.lab.greedy import replay_live_record
-from agspec.pipeline.recorder import read_sidecar, sidecar_path
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import iter_sessions
+from agspec.traces.recorder import read_sidecar, sidecar_path
 from agspec.traces.schema import Session
 
 DEFAULT = Path(__file__).resolve().parent.parent / "src/agspec/data/traces/default.jsonl.gz"

@@ -213,8 +213,8 @@ def _own_rss() -> int:
 
 def test_sigterm_drains_saves_state_records_and_restarts(server, dirs) -> None:
     """Last test of the module: it stops the server."""
-    from agspec.pipeline.recorder import read_sidecar
     from agspec.traces.io import read_sessions
+    from agspec.traces.recorder import read_sidecar
 
     system = {"role": "system", "content": "You are a helpful coding assistant (drain test)."}
     first = [system, {"role": "user", "content": "Write a Python function add(a, b)."}]
