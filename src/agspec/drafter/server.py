@@ -135,6 +135,63 @@ class AgSpecServer:
         self.history: Any = ENGINES.get(cfg.engine)() if cfg.use_history else None
         self._history_docs = 0
 
+    @classmethod
+    def from_variant(
+        cls,
+        variant: str,
+        *,
+        tokenizer: Any,
+        cost_model: Any = None,
+        batch_size: int = 1,
+        config: AgSpecConfig | None = None,
+        **options: Any,
+    ) -> AgSpecServer:
+        """AgSpec as variant `variant` of `agspec.drafter.VARIANTS`: the one way the lab,
+        `agspec serve`, vLLM and `agspec record` build it, so every field is set alike.
+
+        With a cost model, the online scale's p* is the break-even accept probability of
+        that model at `batch_size` (`agspec.policy.costmodel.break_even_accept_prob`), and
+        the cost rule prices its drafts with it; without one the variant's own p* stays.
+        `config` replaces the variant's configuration (a lab-side override of a named
+        config, e.g. a swept setting); `options` are the other keyword arguments of
+        `AgSpecServer` (global_corpus, caps, scales_path, curves_path, model, ...); the
+        server's `name` defaults to the variant's.
+
+        >>> from agspec.policy.costmodel import get_cost_model
+        >>> cost = get_cost_model("h200-qwen2.5-32b")
+        >>> s = AgSpecServer.from_variant("agspec-paper", tokenizer=None, cost_model=cost)
+        >>> s.name, s.config.break_even_prob == AgSpecServer.from_variant(
+        ...     "agspec-paper", tokenizer=None).config.break_even_prob
+        ('agspec-paper', False)
+        >>> AgSpecServer.from_variant("agspec-papr", tokenizer=None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown AgSpec variant 'agspec-papr'; one of ...
+        """
+        from dataclasses import replace
+
+        from agspec.drafter.variants import VARIANTS, renamed_hint
+        from agspec.policy.costmodel import break_even_accept_prob
+
+        if config is None:
+            if variant not in VARIANTS:
+                raise ValueError(
+                    f"unknown AgSpec variant {variant!r}{renamed_hint(variant)}; one of "
+                    + ", ".join(VARIANTS)
+                )
+            config = VARIANTS[variant]
+        if cost_model is not None:
+            p_star = float(break_even_accept_prob(cost_model, batch_size))
+            config = replace(config, break_even_prob=p_star)
+        options.setdefault("name", variant)
+        return cls(
+            tokenizer=tokenizer,
+            config=config,
+            cost_model=cost_model,
+            batch_size=batch_size,
+            **options,
+        )
+
     def set_batch_size(self, batch_size: int) -> None:
         """Prices the cost rule (length_mode "cost") at `batch_size` requests per step from
         now on: that batch size's step costs from the cost model (computed once per size),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.drafter import AgSpecServer
 from agspec.drafter.protocol import greedy_commit
 from agspec.traces import render_call
 from agspec.traces.schema import Session
@@ -49,7 +49,7 @@ def replay_live_record(
     """
     from agspec.tokenizers import get_tokenizer
 
-    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS[variant])
+    server = AgSpecServer.from_variant(variant, tokenizer=get_tokenizer("qwen2.5"))
     dsession = server.session(
         session.session_id, emission_format=emission or session.emission_format
     )
