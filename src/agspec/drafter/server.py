@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agspec.corpora import GlobalCorpus, SessionCorpus, WorkspaceCorpus
@@ -302,6 +302,37 @@ class AgSpecServer:
         self._live_tokens += num_tokens
         if self._live_tokens > self.config.live_token_budget:
             self._over_budget(s)
+
+    def count_committed(self, calls: Sequence[Any], sizes: Sequence[int]) -> None:
+        """The live-token bookkeeping of one batched step (`step_batch`): `sizes[i]`
+        committed tokens went into the corpora of `calls[i]` (calls of this server), in
+        order. Past the live token budget a session stops indexing or is evicted, call by
+        call, as `accept` does."""
+        live = self._live_tokens
+        budget = self.config.live_token_budget
+        if live + sum(sizes) <= budget:
+            # Within the budget whatever the order: no call is checked against it.
+            for call, k in zip(calls, sizes):
+                if call.indexes_output:
+                    call.session._counted += k
+                    live += k
+            self._live_tokens = live
+            return
+        for call, k in zip(calls, sizes):
+            # Checked call by call: going over the budget may stop other calls' indexing.
+            if call.indexes_output:
+                sess = call.session
+                sess._counted += k
+                live += k
+                if live > budget:
+                    self._live_tokens = live
+                    self._over_budget(sess)
+                    live = self._live_tokens
+        self._live_tokens = live
+
+    def within_budget(self, num_tokens: int) -> bool:
+        """Whether `num_tokens` more live tokens keep the server within its budget."""
+        return self._live_tokens + num_tokens <= self.config.live_token_budget
 
     def _over_budget(self, s: AgSpecSession) -> None:
         """Evicts the least recently used other sessions; when `s` alone is over the
