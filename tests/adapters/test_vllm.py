@@ -217,6 +217,18 @@ def _toy_proposer(
 
 
 @live
+def test_the_proposer_sets_p_star_from_its_cost_profile(tmp_path: Path) -> None:
+    """As every caller of AgSpecServer.from_variant: agspec-paper inside vLLM ran at
+    p* = 0.5 whatever its profile said before."""
+    from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
+
+    preset = "epyc2t-vllmcpu-qwen2.5-coder-0.5b-measured"
+    prop, _ = _toy_proposer(tmp_path, variant="agspec-paper", cost_profile=preset, batch_size=4)
+    want = float(break_even_accept_prob(get_cost_model(preset), 4))
+    assert prop.server.config.break_even_prob == want != 0.5
+
+
+@live
 def test_cost_rule_is_priced_at_each_steps_batch(tmp_path: Path) -> None:
     from agspec.policy.costmodel import ProfileCostModel
 
