@@ -232,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     elif any("cost" in d for d in drafters):
         # A drafter that needs the backend's cost profile and none given: measure it here
         # (the same measurement as `agspec costmodel measure`, about half a minute).
-        from agspec.cli.costmodel_cmd import measure_profile
+        from agspec.adapters.llama_cpp import measure_cost_profile
 
         print("no --cost-profile: measuring this backend's verification cost", file=sys.stderr)
-        profile = measure_profile(
+        profile = measure_cost_profile(
             args.model, max_tokens=args.num_draft_tokens + 1, context_tokens=1024,
             repeats=3, threads=args.threads,
         )  # fmt: skip

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from agspec.drafter import VARIANTS, AgSpecServer
-from agspec.pipeline.recorder import read_sidecar, sidecar_path
+from agspec.lab.greedy import replay_live_record
 from agspec.tokenizers import get_tokenizer
-from agspec.traces import iter_sessions, render_call
+from agspec.traces import iter_sessions
+from agspec.traces.recorder import read_sidecar, sidecar_path
 from agspec.traces.schema import Session
 
 DEFAULT = Path(__file__).resolve().parent.parent / "src/agspec/data/traces/default.jsonl.gz"
@@ -62,42 +63,8 @@ def replay_loop(
     like_lab: bool = False,
     emission: str | None = None,
 ) -> list[list[int]]:
-    """Per call, the accept length of each step.
-
-    Default: exactly like the live loop. `like_lab=True` replays as the replay lab does:
-    no EOS in the output, `propose(budget)` at every step, a draft covering the rest of
-    the output commits no bonus token. `emission` overrides the session's format.
-    """
-    server = AgSpecServer(tokenizer=get_tokenizer("qwen2.5"), config=VARIANTS["agspec-paper"])
-    fmt = emission or session.emission_format
-    dsession = server.session(session.session_id, emission_format=fmt)
-    out: list[list[int]] = []
-    default_max = live.get("config", {}).get("max_new_tokens", 384)
-    for call, rec in zip(session.calls, live["calls"]):
-        for a in call.artifacts:
-            dsession.open_artifact(a.path, a.text)
-        drafter = dsession.call(call.agent, call.role, call.turn)
-        eos = rec["stopped_by"] == "eos" and not like_lab
-        prompt_ids, target = render_call(call, end_token=eos)
-        max_new = rec.get("max_new_tokens", default_max)
-        drafter.begin(prompt_ids)
-        produced: list[int] = []
-        accepts = []
-        while len(produced) < len(target):
-            want = budget if like_lab else min(budget, max_new - len(produced) - 1)
-            draft = drafter.propose(want)[:want] if want > 0 else []
-            rest = target[len(produced) :]
-            acc = 0
-            while acc < len(draft) and acc < len(rest) and draft[acc] == rest[acc]:
-                acc += 1
-            committed = rest[: acc if like_lab and acc == len(rest) else acc + 1]
-            accepts.append(acc)
-            produced.extend(committed)
-            drafter.accept(committed)
-        drafter.end()
-        out.append(accepts)
-    dsession.end()
-    return out
+    """Per call, the accept length of each step (agspec.lab.greedy.replay_live_record)."""
+    return replay_live_record(session, live, budget, like_lab=like_lab, emission=emission)
 
 
 def majority_emission(session: Session) -> str:

@@ -38,10 +38,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_common  # noqa: E402
+from agspec.adapters.vllm import workload as vllm_common  # noqa: E402
 
-REPO = vllm_common.REPO
+REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "src" / "agspec" / "data" / "tasks"
 
 
@@ -96,7 +95,7 @@ def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt
 
     def prompt(s: Any, c: Any) -> dict[str, Any] | None:
         msgs = [{"role": m.role, "content": m.content} for m in c.messages]
-        ids = vllm_common._fit(tok, msgs, max_prompt)
+        ids = vllm_common.fit_prompt(tok, msgs, max_prompt)
         if ids is None:
             return None
         return {"session": s.session_id, "agent": c.agent, "role": c.role, "ids": ids}

@@ -161,6 +161,12 @@ NB_MODULE(_native, m) {
              self.index.reset();
            })
       .def_prop_ro("closed", [](const IndexHandle& self) { return !self.index; })
+      .def(
+          "hold_for_writing",
+          [](IndexHandle& self, nb::callable fn) {
+            self.get()->hold_for_writing([&fn] { fn(); });  // fn runs holding the GIL
+          },
+          nb::arg("fn"))
       .def("contains", [](const IndexHandle& self, int64_t id) { return self.get()->contains(id); })
       .def("document", [](const IndexHandle& self, int64_t id) { return self.get()->document(id); })
       .def("document_ids", [](const IndexHandle& self) { return self.get()->document_ids(); })

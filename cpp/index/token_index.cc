@@ -178,6 +178,11 @@ class TokenIndex::Writing {
   TokenIndex& idx_;
 };
 
+void TokenIndex::hold_for_writing(const std::function<void()>& fn) {
+  Writing guard(*this);
+  fn();
+}
+
 // ------------------------------------------------------------------ EdgeTable
 
 EdgeTable::EdgeTable() { clear(); }

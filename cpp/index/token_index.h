@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -136,6 +137,11 @@ class TokenIndex {
   // Makes the index read-only for good (a global corpus once built): its queries can
   // then keep answers that only a change could make stale.
   void freeze();
+
+  // Runs fn with the index held for writing, as extend holds it: other threads' calls
+  // find a writer inside for as long as fn runs. For tests that need a writer known to
+  // be busy at a given moment (fn waits on an event), not one that is busy by timing.
+  void hold_for_writing(const std::function<void()>& fn);
 
   // Writes <path>.tmp.<pid>.<n>, then renames it over path: concurrent saves to one
   // path each write a whole file, and the last rename wins.

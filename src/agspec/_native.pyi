@@ -2,7 +2,7 @@
 AgSpec native token index (C++). Use agspec.index.token_index, not this module.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import enum
 from typing import Annotated
 
@@ -36,6 +36,8 @@ class TokenIndex:
 
     @property
     def closed(self) -> bool: ...
+
+    def hold_for_writing(self, fn: Callable) -> None: ...
 
     def contains(self, arg: int, /) -> bool: ...
 

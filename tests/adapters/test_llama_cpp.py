@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from guards import require_engine, require_model
 
 from agspec.adapters.llama_cpp import (
     AgSpecLlamaDraftModel,
@@ -28,7 +29,6 @@ from agspec.adapters.llama_cpp import (
     time_verification_step,
 )
 from agspec.baselines.pld import PLD_HF, PromptLookupDrafter
-from agspec.models import ModelFileError, resolve_model
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
 NEAR_TIE_LOGITS = 0.5  # flips seen on SmolLM2 Q4_1: logit gaps 0.001 to 0.21
@@ -93,17 +93,12 @@ def test_draft_model_infers_acceptance_from_the_next_prefix() -> None:
 
 @pytest.fixture(scope="module")
 def llama_module():
-    return pytest.importorskip(
-        "llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llama_cpp.sh)"
-    )
+    return require_engine("llama_cpp")
 
 
 @pytest.fixture(scope="module")
 def model_path(llama_module) -> str:
-    try:
-        return str(resolve_model("smollm2-135m-instruct"))
-    except (ModelFileError, FileNotFoundError) as exc:
-        pytest.skip(f"SmolLM2 GGUF not available ({exc})")
+    return str(require_model("smollm2-135m-instruct"))
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +159,7 @@ def compare(llm, prompt: list[int], reference: list[int], got: list[int]) -> int
     return 1
 
 
+@pytest.mark.slow
 def test_lossless_on_agent_prompts(llm) -> None:
     """Per prompt: plain greedy, then PLD, then a drafter that knows the greedy answer but
     is wrong at every 5th position (many accepts and rejections, so every rollback path
@@ -207,6 +203,7 @@ def test_lossless_on_agent_prompts(llm) -> None:
     assert scripted_accepted > NUM_PROMPTS * 5
 
 
+@pytest.mark.slow
 def test_stock_llama_draft_model_hook(llama_module, model_path, llm) -> None:
     """`Llama(draft_model=AgSpecLlamaDraftModel(...))` gives the same text as plain greedy."""
     hook = AgSpecLlamaDraftModel(lambda: PromptLookupDrafter(PLD_HF), num_draft_tokens=8)
@@ -288,6 +285,7 @@ class _LlamaTokenizer:
         return list(self._llm.tokenize(text.encode(), add_bos=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["agspec-paper", "agspec"])
 def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None:
     """The real AgSpec drafter inside the own loop: a session whose second call retries
@@ -321,6 +319,7 @@ def test_agspec_drafter_in_the_loop_is_lossless_and_copies(llm, variant) -> None
     assert steps < 0.5 * produced
 
 
+@pytest.mark.slow
 def test_stock_hook_with_an_agspec_session(llama_module, model_path, llm) -> None:
     """The drop-in path with the real drafter: `create_completion` through
     `AgSpecLlamaDraftModel` fed by one AgSpec session (`agspec-paper+cost`), the same prompt
@@ -403,6 +402,7 @@ def test_sampling_draws_from_the_warped_distribution(temperature, top_k, top_p) 
         Sampling(top_p=0.0)
 
 
+@pytest.mark.slow
 def test_sampled_speculation_is_exact(llm) -> None:
     """Sampling in the own loop. (1) With top_k = 1 the sampled path is greedy decoding,
     drafted or not, so it must reproduce greedy output (up to near-ties): this checks its

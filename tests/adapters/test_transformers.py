@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from guards import require_engine
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+pytestmark = pytest.mark.engine("torch", "transformers")
+torch = require_engine("torch")
+transformers = require_engine("transformers")
 
 from agspec.adapters.transformers import (  # noqa: E402
     DrafterCandidateGenerator,

@@ -12,16 +12,14 @@ import gc
 import importlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import missing_engine
 
 from agspec.adapters.vllm import ProposerOptions, speculative_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import vllm_common  # noqa: E402
+from agspec.adapters.vllm import workload as vllm_common
 
 MAX_NEW = 32
 MAX_PROMPT = 1400
@@ -140,7 +138,7 @@ def test_profile_step_times_keep_only_full_batch_steps_with_rejected_drafts() ->
 
 # -- vLLM (CPU build) ----------------------------------------------------------------------
 
-_SKIP = vllm_common.vllm_skip_reason()
+_SKIP = missing_engine("vllm")
 live = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 
@@ -216,6 +214,18 @@ def _toy_proposer(
     prop.on_update_states(runner, sched, before=True)
     prop.on_update_states(runner, sched, before=False)
     return prop, ib
+
+
+@live
+def test_the_proposer_sets_p_star_from_its_cost_profile(tmp_path: Path) -> None:
+    """As every caller of AgSpecServer.from_variant: agspec-paper inside vLLM ran at
+    p* = 0.5 whatever its profile said before."""
+    from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
+
+    preset = "epyc2t-vllmcpu-qwen2.5-coder-0.5b-measured"
+    prop, _ = _toy_proposer(tmp_path, variant="agspec-paper", cost_profile=preset, batch_size=4)
+    want = float(break_even_accept_prob(get_cost_model(preset), 4))
+    assert prop.server.config.break_even_prob == want != 0.5
 
 
 @live

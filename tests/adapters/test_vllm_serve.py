@@ -16,15 +16,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import missing_engine
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import vllm_common  # noqa: E402
+from agspec.adapters.vllm import workload as vllm_common
 
-_SKIP = vllm_common.vllm_skip_reason()
+_SKIP = missing_engine("vllm")
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 START_TIMEOUT_S = 420.0

@@ -74,10 +74,7 @@ def test_build_indexes_text_files_one_document_each(folder: Path, tmp_path: Path
 def test_build_saves_a_frozen_index_with_its_frequent_picks(folder: Path, tmp_path: Path) -> None:
     """The builder freezes the index before saving it, so its file carries the frequent
     picks (a load of a live index's file would build them again every time)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "index"))
-    from test_token_index_hardening import IndexFile
+    from index_file import IndexFile
 
     out = tmp_path / "i.idx"
     build_index([folder], out)

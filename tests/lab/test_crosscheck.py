@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from crosscheck import _PieceEncoder, chatdev_sessions, swe_agent_sessions  # noqa: E402
-
-from agspec.tokenizers import get_tokenizer  # noqa: E402
+from agspec.lab.crosscheck import PieceEncoder, chatdev_sessions, swe_agent_sessions
+from agspec.tokenizers import get_tokenizer
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
 
 
-def _encoder() -> _PieceEncoder:
-    return _PieceEncoder(get_tokenizer("qwen2.5").encode)
+def _encoder() -> PieceEncoder:
+    return PieceEncoder(get_tokenizer("qwen2.5").encode)
 
 
 def test_chat_calls_prompt_is_every_earlier_message() -> None:

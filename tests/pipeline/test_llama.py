@@ -9,28 +9,17 @@ minutes on a shared CPU).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from guards import require_engine, require_model
 
-from agspec.models import ModelFileError, resolve_model
-
-if importlib.util.find_spec("llama_cpp") is None:
-    pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
-try:
-    MODEL = resolve_model("qwen2.5-coder-0.5b")
-except (ModelFileError, ValueError) as exc:
-    pytest.skip(f"the Qwen2.5-Coder-0.5B GGUF is not cached: {exc}", allow_module_level=True)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+pytestmark = [pytest.mark.engine("llama_cpp"), pytest.mark.slow]
+require_engine("llama_cpp")
+MODEL = require_model("qwen2.5-coder-0.5b")
 
 
 def test_real_model_call_is_lossless_and_replays_exactly() -> None:
-    from bench_replay_vs_live import replay_loop
-
     from agspec.drafter import VARIANTS, AgSpecServer
+    from agspec.lab.greedy import replay_live_record
     from agspec.pipeline import agents
     from agspec.pipeline.runner import LlamaLLM
     from agspec.pipeline.tasks import load_task
@@ -62,4 +51,4 @@ def test_real_model_call_is_lossless_and_replays_exactly() -> None:
     session = Session("s", "agspec-pipeline", "qwen", "paginate", [call])
     record = {"calls": [{"stopped_by": spec.stopped_by, "max_new_tokens": 12, "steps": spec.steps}]}
     if list(render_call(call)[1]) == body:  # the text re-encodes to the model's own ids
-        assert replay_loop(session, record, 16) == [[s[1] for s in spec.steps]]
+        assert replay_live_record(session, record, 16) == [[s[1] for s in spec.steps]]

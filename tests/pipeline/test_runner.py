@@ -9,11 +9,11 @@ import pytest
 
 from agspec.cli import main as cli_main
 from agspec.drafter import VARIANTS, AgSpecServer
-from agspec.pipeline.recorder import Recorder, read_sidecar, sidecar_path
 from agspec.pipeline.runner import PipelineConfig, ScriptedLLM, run_session
 from agspec.pipeline.tasks import load_task
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import read_sessions, render_call
+from agspec.traces.recorder import Recorder, read_sidecar, sidecar_path
 
 GOOD = load_task("paginate").reference_patch
 BAD_CONTEXT = "--- a/pages.py\n+++ b/pages.py\n@@ -1 +1 @@\n-nothing here\n+x = 1\n"

@@ -134,6 +134,8 @@ def _skip_reason() -> str | None:
     return None
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_mini_swe_agent_completes_its_protocol_against_agspec_serve() -> None:
     reason = _skip_reason()
     if reason:

@@ -21,18 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import require_model, require_server
 
-pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
-pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
-pytest.importorskip("prometheus_client", reason="agspec serve needs the serve extra")
-openai = pytest.importorskip("openai", reason="the serve tests drive the server with `openai`")
-try:  # the HTTP client the openai package brings (httpx, or httpx2 in openai >= 3)
-    import httpx
-except ImportError:
-    httpx = pytest.importorskip("httpx2", reason="the openai client brings httpx")
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+_clients = require_server()  # skips the module with the reason when one is missing
+openai, httpx = _clients.openai, _clients.httpx
 
-from agspec.models import ModelFileError, resolve_model  # noqa: E402
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -46,10 +40,7 @@ COST_PROFILE = (
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    try:
-        return Path(resolve_model(MODEL))
-    except (ModelFileError, FileNotFoundError, KeyError) as exc:
-        pytest.skip(f"SmolLM2 GGUF not available ({exc}); agspec models fetch {MODEL}")
+    return require_model(MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +213,8 @@ def _own_rss() -> int:
 
 def test_sigterm_drains_saves_state_records_and_restarts(server, dirs) -> None:
     """Last test of the module: it stops the server."""
-    from agspec.pipeline.recorder import read_sidecar
     from agspec.traces.io import read_sessions
+    from agspec.traces.recorder import read_sidecar
 
     system = {"role": "system", "content": "You are a helpful coding assistant (drain test)."}
     first = [system, {"role": "user", "content": "Write a Python function add(a, b)."}]

@@ -11,14 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
+from guards import require_model, require_server
 
-pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
-pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
-pytest.importorskip("prometheus_client", reason="agspec serve needs the serve extra")
-openai = pytest.importorskip("openai", reason="the serve tests drive the server with `openai`")
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+openai = require_server().openai  # skips the module with the reason when one is missing
 
-from agspec.models import ModelFileError, resolve_model  # noqa: E402
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -34,10 +31,7 @@ TOOLS = [{"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        resolve_model(MODEL)
-    except (ModelFileError, FileNotFoundError, KeyError) as exc:
-        pytest.skip(f"Qwen2.5-Coder GGUF not available ({exc}); agspec models fetch {MODEL}")
+    require_model(MODEL)
     srv = ServerProcess(["--model", MODEL, "--threads", "1", "--n-ctx", "2048",
                          "--cost-profile", str(COST_PROFILE)])  # fmt: skip
     srv.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from guards import require_engine, require_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,14 +130,10 @@ def test_validation_names_the_field(body, param) -> None:
 
 
 def test_qwen_template_renders_tools_and_tool_messages() -> None:
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from agspec.models import ModelFileError, resolve_model
+    llama_cpp = require_engine("llama_cpp")
     from agspec.serve.chat import ChatTemplate
 
-    try:
-        path = resolve_model("qwen2.5-coder-0.5b-instruct")
-    except (ModelFileError, FileNotFoundError, KeyError) as exc:
-        pytest.skip(f"Qwen2.5-Coder GGUF not available ({exc})")
+    path = require_model("qwen2.5-coder-0.5b-instruct")
     meta = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False).metadata
     tpl = ChatTemplate(meta["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="")
     assert tpl.renders_tools and tpl.parses_tools

@@ -490,3 +490,63 @@ def time_verification_step(
         times_ms.append((time.perf_counter() - t) * 1000.0)
         _rollback(llm, base)
     return float(np.median(times_ms))
+
+
+def measure_cost_profile(
+    model: str,
+    *,
+    max_tokens: int = 32,
+    context_tokens: int = 512,
+    repeats: int = 5,
+    threads: int = 2,
+    cache_dir: str | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """The `agspec-cost-profile` of llama.cpp running `model` (a pinned name or a .gguf
+    path) on this machine: for n = 1 … max_tokens, the median wall time of one forward pass
+    verifying n tokens after a `context_tokens` context, batch 1 (`agspec costmodel
+    measure`, and `agspec serve` when it has no profile for its model)."""
+    import platform
+    import statistics
+    from pathlib import Path
+
+    from agspec.models import resolve_model
+
+    if max_tokens < 1 or repeats < 1 or threads < 1:
+        raise ValueError("--max-tokens, --repeats and --threads must be >= 1")
+    if context_tokens < 1:
+        raise ValueError(f"--context-tokens must be >= 1, got {context_tokens}")
+    llama_cpp = import_llama_cpp()
+    path = resolve_model(model, cache_dir)
+    n_ctx = context_tokens + max_tokens + 8
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=n_ctx, n_batch=max(512, max_tokens), n_threads=threads,
+        n_threads_batch=threads,  # the default (all cores) spin-waits badly on a busy machine
+        seed=0, verbose=False,
+    )  # fmt: skip
+    # A real-looking context: code tokenized by the model itself, repeated to length.
+    seed_ids = llm.tokenize(b"def step(state, action):\n    return state + action  # noqa\n")
+    context = (seed_ids * (context_tokens // len(seed_ids) + 1))[:context_tokens]
+    time_verification_step(llm, context, 1, repeats=1)  # warm-up: prefill + first pass
+    n_tokens = list(range(1, max_tokens + 1))
+    # Rounds over every n, not n after n: a slow spell on a shared machine then spreads
+    # over all n (the median drops it) instead of bending one stretch of the curve.
+    samples: dict[int, list[float]] = {n: [] for n in n_tokens}
+    for r in range(repeats):
+        for n in n_tokens:
+            samples[n].append(time_verification_step(llm, context, n, repeats=1))
+        if progress is not None:
+            progress(f"round {r + 1}/{repeats}: n=1 {samples[1][-1]:.2f} ms, "
+                     f"n={max_tokens} {samples[max_tokens][-1]:.2f} ms")  # fmt: skip
+    step_ms = [round(statistics.median(samples[n]), 4) for n in n_tokens]
+    name = model if not str(model).endswith(".gguf") else Path(model).name
+    return {
+        "format": "agspec-cost-profile",
+        "version": 1,
+        "backend": "llama.cpp",
+        "model": name,
+        "device": f"cpu {platform.machine()} ({threads} threads)",
+        "build": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "context_tokens": context_tokens,
+        "batch_sizes": {"1": {"n_tokens": n_tokens, "step_ms": step_ms}},
+    }

@@ -228,3 +228,44 @@ def measure_cost_profile(
         "context_tokens": context_tokens,
         "batch_sizes": {"1": {"n_tokens": ns, "step_ms": step_ms}},
     }
+
+
+def measure_model_cost_profile(
+    model: str,
+    *,
+    max_tokens: int = 32,
+    context_tokens: int = 512,
+    repeats: int = 5,
+    threads: int = 2,
+    cache_dir: str | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """The profile of a transformers model: a model folder, or a GGUF (pinned name or
+    path) that transformers dequantizes to float32 (needs `gguf` and `accelerate`)."""
+    from pathlib import Path
+
+    from agspec.models import resolve_model
+
+    torch, _ = _import_torch_transformers()  # a clear ImportError when absent
+    import transformers
+
+    if max_tokens < 1 or repeats < 1 or threads < 1 or context_tokens < 1:
+        raise ValueError("--max-tokens, --repeats, --threads, --context-tokens must be >= 1")
+    torch.set_num_threads(threads)
+    auto = transformers.AutoModelForCausalLM
+    if Path(model).is_dir():
+        loaded = auto.from_pretrained(model, dtype=torch.float32)
+        name = Path(model).name
+    else:
+        gguf = resolve_model(model, cache_dir)
+        loaded = auto.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        name = gguf.name
+    loaded.eval()
+    return measure_cost_profile(
+        loaded,
+        max_tokens=max_tokens,
+        context_tokens=context_tokens,
+        repeats=repeats,
+        model_name=name,
+        progress=progress,
+    )

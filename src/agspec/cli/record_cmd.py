@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from agspec.pipeline.recorder import Recorder
 from agspec.pipeline.runner import SOURCE, CallLive, PipelineConfig, run_session
 from agspec.pipeline.tasks import load_task, load_tasks
+from agspec.traces.recorder import Recorder
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 # The shipped llama.cpp profile of the default model on a 2-core EPYC (docs/costmodel.md).
@@ -147,17 +147,15 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _agspec_factory(variant: str, cost_model: Any, curves: str | None):  # type: ignore[no-untyped-def]
-    from agspec.drafter import VARIANTS, AgSpecServer
+    from agspec.drafter import AgSpecServer
     from agspec.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer("qwen2.5")
 
     def factory() -> AgSpecServer:
-        return AgSpecServer(
-            tokenizer=tokenizer,
-            config=VARIANTS[variant],
-            cost_model=cost_model,
-            curves_path=curves,
+        # As every caller builds it: with a cost model, p* is its break-even probability.
+        return AgSpecServer.from_variant(
+            variant, tokenizer=tokenizer, cost_model=cost_model, curves_path=curves
         )
 
     return factory

@@ -166,15 +166,12 @@ def _check(args: argparse.Namespace) -> None:
 
 def _check_drafter(name: str) -> None:
     """A misspelt --drafter fails at once, before the profile and the model load."""
+    from agspec.baselines.registry import BASELINES
     from agspec.drafter import VARIANTS
-    from agspec.lab.registry import drafter_names
 
-    if name == "none" or name in VARIANTS:
-        return
-    known = [n for n in drafter_names() if n != "oracle"]
+    known = ["none", *VARIANTS, "ar", *BASELINES.names()]  # what the engine builds
     if name not in known:
-        names = ", ".join(["none", *VARIANTS, *[n for n in known if n not in VARIANTS]])
-        raise ValueError(f"--drafter: unknown drafter {name!r}; known: {names}")
+        raise ValueError(f"--drafter: unknown drafter {name!r}; known: {', '.join(known)}")
 
 
 def _check_port(host: str, port: int) -> None:

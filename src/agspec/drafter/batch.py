@@ -67,8 +67,8 @@ def step_batch(
         call, c = calls[0], committed[0]
         if c is not None and len(c):
             call.accept(c)
-        elif not call._begun or call._ended:
-            raise call._not_live("step_batch()")
+        elif not call.live:
+            raise call.not_live_error("step_batch()")
         return [call.propose(caps[0])]
     prepare_batch(n)
     # One server (the usual case): its policy learns from the whole step in one call and
@@ -80,7 +80,7 @@ def step_batch(
             break
     applied: list[AgSpecCall] = []
     moved: list[list[int]] = []
-    # What the shared server's policy learns from (`AgSpecCall._check_committed`'s
+    # What the shared server's policy learns from (`AgSpecCall.accept`'s
     # feedback, for the whole step at once): each applied call's last draft length, and of
     # those that drafted the agent, decision and accept length. Nothing reads the policy
     # before it is fed. Calls of several servers feed theirs one at a time.
@@ -96,47 +96,28 @@ def step_batch(
     try:
         for call, c in zip(calls, committed):
             if c is not None and shared is None and len(c):
-                moved.append(call._check_committed(c))
+                moved.append(call.accept_fed(c))
                 applied.append(call)
             elif c is not None and (size := len(c)):
-                draft = call._draft
-                num_drafted = len(draft)
-                # What `_check_committed` passes unchanged (a list of ints: the draft's
-                # prefix and one id); anything else goes through it, which converts or
-                # refuses it (a conversion keeps the length).
-                if (
-                    type(c) is list
-                    and call._live
-                    and size <= num_drafted + 1
-                    and c[:-1] == draft[: size - 1]
-                    and type(c[-1]) is int
-                    and 0 <= c[-1] < 2**31
-                ):
-                    toks = c
-                else:
-                    toks = call._check_committed(c, feed=False)
+                toks, num_drafted, decision = call.take_committed(c)
                 moved.append(toks)
                 applied.append(call)
                 drafted.append(num_drafted)
                 sizes.append(size)
-                decision = call._decision
                 if decision is not None:
                     agents.append(call.agent)
                     decisions.append(decision)
                     # The first n - 1 committed tokens are the draft's: the accept length.
                     accepted.append(size - 1)
-                call._draft, call._decision = [], None
-            elif not call._live:
-                raise call._not_live("step_batch()")
             else:
-                call._draft, call._decision = [], None
+                call.skip_step()
     finally:
         # Every call whose tokens were checked gets them into its policy, then its corpora,
         # even when a later call's tokens were refused: no call is left half accepted.
         if applied:
             # The helper threads move the cursors while the policy learns (it touches no
             # corpus); then the rest of the cursors and the appends.
-            finish = advance_batch_begin([call._corpora for call in applied], moved)  # type: ignore[misc]
+            finish = advance_batch_begin([call.corpora for call in applied], moved)  # type: ignore[misc]
             try:
                 if shared is not None:
                     policy = shared.lengths
@@ -147,60 +128,30 @@ def step_batch(
                         # The last step's cost tables at this step's state, while the
                         # helpers still move cursors (the plan below reads them).
                         policy.refresh_cost_tables()
-                    if shared._live_tokens + sum(sizes) <= shared.live_token_budget:
-                        _count_within_budget(shared, applied, sizes)
+                    if shared.within_budget(sum(sizes)):
+                        shared.count_committed(applied, sizes)
                         counted = True
             finally:
                 finish()
         if shared is not None:
             if not counted:
-                _count(shared, applied, sizes)
+                shared.count_committed(applied, sizes)
         else:
             for call, toks in zip(applied, moved):
-                if call._index_output:
-                    call._count(len(toks))
+                call.count_committed(len(toks))
     # Propose: read every match in one call, plan each draft, copy the continuations in one
     # more (per call with a non-native engine).
     if not counted:
         # Sessions may have been evicted while counting (their calls ended).
         for call in calls:
-            if not call._live:
-                raise call._not_live("step_batch()")
-    sets: list[CorpusSet] = [call._corpora for call in calls]  # type: ignore[misc]
+            if not call.live:
+                raise call.not_live_error("step_batch()")
+    sets: list[CorpusSet] = [call.corpora for call in calls]  # type: ignore[misc]
     if shared is None:
         for call in calls:
             call.last_source, call.last_match_length = None, 0
         return _propose_each(calls, sets, match_lengths_batch(sets), caps)
     return _propose(shared, calls, sets, caps)
-
-
-def _count_within_budget(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
-    """`_count` when the step cannot take the server over its live token budget (the live
-    tokens plus every committed token stay within it): no call is checked against it."""
-    live = server._live_tokens
-    for call, k in zip(applied, sizes):
-        if call._index_output:
-            call.session._counted += k
-            live += k
-    server._live_tokens = live
-
-
-def _count(server: AgSpecServer, applied: list[AgSpecCall], sizes: list[int]) -> None:
-    """`AgSpecCall._count` for every applied call of one server, in order (`sizes`: how
-    many tokens each committed)."""
-    live = server._live_tokens
-    budget = server.live_token_budget
-    for call, k in zip(applied, sizes):
-        # Checked call by call: going over the budget may stop other calls' indexing.
-        if call._index_output:
-            sess = call.session
-            sess._counted += k
-            live += k
-            if live > budget:
-                server._live_tokens = live
-                server._over_budget(sess)
-                live = server._live_tokens
-    server._live_tokens = live
 
 
 def _propose(
@@ -209,7 +160,7 @@ def _propose(
     sets: list[CorpusSet],
     caps: list[int],
 ) -> list[list[int]]:
-    """`AgSpecCall._plan` and `_take` for the calls of one server, the policy asked once
+    """`AgSpecCall.plan` and `take_draft` for the calls of one server, the policy asked once
     (every match read in one call first; each call's last draft was reset by the accept
     half of the step)."""
     n = len(calls)
@@ -233,7 +184,7 @@ def _propose(
         slots = [all_slots[i] for i in picked]
         matches = [all_matches[i] for i in picked]
         available = [caps[i] for i in picked]
-    native = None not in [cs._native for cs in picked_sets]
+    native = all(cs.is_native for cs in picked_sets)
     policy = server.lengths
     cost_mode, capped_mode = server.cost_mode, server.capped_mode
     tables: list[list[int]] = []
@@ -249,22 +200,22 @@ def _propose(
             matches,
             available,
             # The cost rule reads no cap.
-            None if policy.variant == "cost" else [call._cap for call in picked_calls],
+            None if policy.variant == "cost" else [call.cap_tokens for call in picked_calls],
             # An engine with its own length rule (SuffixDecoding's) bounds the draft too.
             None if native else [cs.engine_max_tokens(s) for cs, s in zip(picked_sets, slots)],
         )
     if not any(wants):
         return drafts
-    occurrences = picked_calls[0]._max_occurrences
-    if native and all(call._max_occurrences == occurrences for call in picked_calls):
+    occurrences = picked_calls[0].max_occurrences
+    if native and all(call.max_occurrences == occurrences for call in picked_calls):
         # A length of 0 copies nothing.
         conts = continuation_batch(picked_sets, slots, wants, max_occurrences=occurrences)
     else:
         conts = [
-            cs.continuation(slot, want, max_occurrences=call._max_occurrences) if want else []
+            cs.continuation(slot, want, max_occurrences=call.max_occurrences) if want else []
             for call, cs, slot, want in zip(picked_calls, picked_sets, slots, wants)
         ]
-    # `AgSpecCall._take` for each: the draft of this step and what the policy learns from.
+    # `AgSpecCall.take_draft` for each: the draft of this step and what the policy learns from.
     if tables:
         for j, draft in enumerate(conts):
             size = len(draft)
@@ -275,17 +226,11 @@ def _propose(
         for j, (call, m, draft) in enumerate(zip(picked_calls, matches, conts)):
             if len(draft) < wants[j]:
                 del draft[policy.cost_length(call.agent, m, len(draft)) :]
-    for i, call, cs, slot, want, m, draft in zip(
-        picked, picked_calls, picked_sets, slots, wants, matches, conts
-    ):
+    for i, call, slot, want, m, draft in zip(picked, picked_calls, slots, wants, matches, conts):
         size = len(draft)
         if size:
             # Censored only when the cap itself bounded the draft (not max_tokens, not text).
-            capped = capped_mode and size == want == call._cap
-            call._draft = draft
-            call._decision = (size, capped, m)
-            call.last_source = cs.names[slot]  # type: ignore[assignment]
-            call.last_match_length = m
+            call.set_draft(draft, slot, m, capped_mode and size == want == call.cap_tokens)
             drafts[i] = list(draft)
     return drafts
 
@@ -298,15 +243,13 @@ def _propose_each(
 ) -> list[list[int]]:
     """The propose half of `step_batch` one call at a time (calls of several servers)."""
     n = len(calls)
-    plans = [
-        call._plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(calls, lengths, caps)
-    ]
+    plans = [call.plan(ls, k) if k > 0 else (-1, 0, 0) for call, ls, k in zip(calls, lengths, caps)]
     drafts: list[list[int]] = [[] for _ in range(n)]
     wanted = [i for i, plan in enumerate(plans) if plan[1] > 0]
     if not wanted:
         return drafts
-    occurrences = calls[wanted[0]]._max_occurrences
-    if all(sets[i].is_native and calls[i]._max_occurrences == occurrences for i in wanted):
+    occurrences = calls[wanted[0]].max_occurrences
+    if all(sets[i].is_native and calls[i].max_occurrences == occurrences for i in wanted):
         conts = continuation_batch(
             [sets[i] for i in wanted],
             [plans[i][0] for i in wanted],
@@ -315,12 +258,10 @@ def _propose_each(
         )
     else:
         conts = [
-            sets[i].continuation(
-                plans[i][0], plans[i][1], max_occurrences=calls[i]._max_occurrences
-            )
+            sets[i].continuation(plans[i][0], plans[i][1], max_occurrences=calls[i].max_occurrences)
             for i in wanted
         ]
     for i, draft in zip(wanted, conts):
         slot, want, m = plans[i]
-        drafts[i] = calls[i]._take(draft, slot, want, m)
+        drafts[i] = calls[i].take_draft(draft, slot, want, m)
     return drafts

@@ -274,6 +274,102 @@ class AgSpecCall:
             if server._live_tokens > server.live_token_budget:
                 server._over_budget(sess)
 
+    # --- the batched step's interface (agspec.drafter.batch.step_batch) ------------------
+    # step_batch moves many calls' corpora in one native call per phase and asks the
+    # policy once per step; these are the parts of a call it reads and sets.
+
+    @property
+    def live(self) -> bool:
+        """Begun and not ended (nor released with its session)."""
+        return self._live
+
+    @property
+    def corpora(self) -> CorpusSet | None:
+        """The call's corpora behind one `CorpusSet` (None before `begin` and after `end`)."""
+        return self._corpora
+
+    @property
+    def cap_tokens(self) -> int:
+        """This agent's draft cap C_a, looked up once at `begin`."""
+        return self._cap
+
+    @property
+    def max_occurrences(self) -> int:
+        """How many occurrences a continuation rule reads."""
+        return self._max_occurrences
+
+    @property
+    def indexes_output(self) -> bool:
+        """Whether committed tokens go into the session corpus (and count toward the live
+        token budget)."""
+        return self._index_output
+
+    def not_live_error(self, what: str) -> Exception:
+        """The error of a step on a call that was not begun, was ended, or was evicted."""
+        return self._not_live(what)
+
+    def take_committed(
+        self, committed_ids: Sequence[int] | np.ndarray
+    ) -> tuple[list[int], int, tuple[int, bool, int] | None]:
+        """The accept half of a batched step for this call, without feeding the policy or
+        the corpora (step_batch does both for the whole step): the committed tokens,
+        checked against the draft as `accept` checks them, the last draft's length and
+        its decision (draft length, censored by the cap, match length; None when the call
+        did not draft). Clears the draft."""
+        draft = self._draft
+        size = len(committed_ids)
+        # What _check_committed passes unchanged (a list of ints: the draft's prefix and
+        # one id); anything else goes through it, which converts or refuses it.
+        if (
+            type(committed_ids) is list
+            and self._live
+            and size <= len(draft) + 1
+            and committed_ids[:-1] == draft[: size - 1]
+            and type(committed_ids[-1]) is int
+            and 0 <= committed_ids[-1] < 2**31
+        ):
+            toks = committed_ids
+        else:
+            toks = self._check_committed(committed_ids, feed=False)
+        decision = self._decision
+        self._draft, self._decision = [], None
+        return toks, len(draft), decision
+
+    def accept_fed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
+        """`accept`'s checks and its policy feedback, without feeding the corpora: the
+        checked tokens (step_batch moves the corpora of many calls at once)."""
+        return self._check_committed(committed_ids)
+
+    def skip_step(self) -> None:
+        """A step that committed nothing for this call (right after `begin`)."""
+        if not self._live:
+            raise self._not_live("step_batch()")
+        self._draft, self._decision = [], None
+
+    def count_committed(self, num_tokens: int) -> None:
+        """The live-token bookkeeping once the corpora took `num_tokens` committed tokens."""
+        if self._index_output:
+            self._count(num_tokens)
+
+    def plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
+        """Source slot, draft length and match length for the corpora's match lengths
+        `lengths` (slot -1: no draft), as `propose` plans them."""
+        return self._plan(lengths, max_tokens)
+
+    def take_draft(self, draft: list[int], slot: int, want: int, match_length: int) -> list[int]:
+        """Records `draft`, copied from slot `slot` for a plan of `want` tokens, as this
+        step's draft (trimmed as `propose` trims it); returns it."""
+        return self._take(draft, slot, want, match_length)
+
+    def set_draft(self, draft: list[int], slot: int, match_length: int, capped: bool) -> None:
+        """Records a draft the batched policy already sized: what the next accept checks
+        against and the policy learns from (censored by the cap when `capped`)."""
+        self._draft = draft
+        self._decision = (len(draft), capped, match_length)
+        assert self._corpora is not None
+        self.last_source = self._corpora.names[slot]  # type: ignore[assignment]
+        self.last_match_length = match_length
+
     def accept(self, committed_ids: Sequence[int] | np.ndarray) -> None:
         committed = self._check_committed(committed_ids)
         assert self._corpora is not None

@@ -7,7 +7,6 @@ model, batch size, profiled caps) comes in the `DrafterContext` of each call.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from agspec.corpora import GlobalCorpus
@@ -16,14 +15,6 @@ from agspec.drafter.factory import DrafterContext, DrafterFactory
 from agspec.drafter.server import AgSpecServer
 from agspec.drafter.variants import VARIANTS
 from agspec.index.engines import ENGINES
-from agspec.policy.costmodel import break_even_accept_prob
-
-
-def _break_even(cost_model: Any, batch_size: int) -> float | None:
-    """p* from `agspec.policy.costmodel` when a cost model is given (None: keep the default)."""
-    if cost_model is None:
-        return None
-    return float(break_even_accept_prob(cost_model, batch_size))
 
 
 def replay_factory(name: str, config: AgSpecConfig | None = None) -> DrafterFactory:
@@ -38,16 +29,14 @@ def replay_factory(name: str, config: AgSpecConfig | None = None) -> DrafterFact
             if cfg0.use_global and ctx.global_docs
             else None
         )
-        p_star = _break_even(ctx.cost_model, ctx.batch_size)
-        cfg = cfg0 if p_star is None else replace(cfg0, break_even_prob=p_star)
-        return AgSpecServer(
+        return AgSpecServer.from_variant(
+            name,
             tokenizer=ctx.tokenizer,
-            global_corpus=g,
-            config=cfg,
-            caps=ctx.caps,
-            batch_size=ctx.batch_size,
-            name=name,
             cost_model=ctx.cost_model,
+            batch_size=ctx.batch_size,
+            config=cfg0,
+            global_corpus=g,
+            caps=ctx.caps,
         )
 
     return factory

@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agspec._memory import release_free_memory
@@ -142,6 +142,63 @@ class AgSpecServer:
         self.live_token_budget = cfg.live_token_budget
         self.history_budget_tokens = cfg.history_budget_tokens
         self._fitted_tokens = -1  # live + history tokens when the budgets were last fitted
+
+    @classmethod
+    def from_variant(
+        cls,
+        variant: str,
+        *,
+        tokenizer: Any,
+        cost_model: Any = None,
+        batch_size: int = 1,
+        config: AgSpecConfig | None = None,
+        **options: Any,
+    ) -> AgSpecServer:
+        """AgSpec as variant `variant` of `agspec.drafter.VARIANTS`: the one way the lab,
+        `agspec serve`, vLLM and `agspec record` build it, so every field is set alike.
+
+        With a cost model, the online scale's p* is the break-even accept probability of
+        that model at `batch_size` (`agspec.policy.costmodel.break_even_accept_prob`), and
+        the cost rule prices its drafts with it; without one the variant's own p* stays.
+        `config` replaces the variant's configuration (a lab-side override of a named
+        config, e.g. a swept setting); `options` are the other keyword arguments of
+        `AgSpecServer` (global_corpus, caps, scales_path, curves_path, model, ...); the
+        server's `name` defaults to the variant's.
+
+        >>> from agspec.policy.costmodel import get_cost_model
+        >>> cost = get_cost_model("h200-qwen2.5-32b")
+        >>> s = AgSpecServer.from_variant("agspec-paper", tokenizer=None, cost_model=cost)
+        >>> s.name, s.config.break_even_prob == AgSpecServer.from_variant(
+        ...     "agspec-paper", tokenizer=None).config.break_even_prob
+        ('agspec-paper', False)
+        >>> AgSpecServer.from_variant("agspec-papr", tokenizer=None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown AgSpec variant 'agspec-papr'; one of ...
+        """
+        from dataclasses import replace
+
+        from agspec.drafter.variants import VARIANTS, renamed_hint
+        from agspec.policy.costmodel import break_even_accept_prob
+
+        if config is None:
+            if variant not in VARIANTS:
+                raise ValueError(
+                    f"unknown AgSpec variant {variant!r}{renamed_hint(variant)}; one of "
+                    + ", ".join(VARIANTS)
+                )
+            config = VARIANTS[variant]
+        if cost_model is not None:
+            p_star = float(break_even_accept_prob(cost_model, batch_size))
+            config = replace(config, break_even_prob=p_star)
+        options.setdefault("name", variant)
+        return cls(
+            tokenizer=tokenizer,
+            config=config,
+            cost_model=cost_model,
+            batch_size=batch_size,
+            **options,
+        )
 
     def set_batch_size(self, batch_size: int) -> None:
         """Prices the cost rule (length_mode "cost") at `batch_size` requests per step from
@@ -300,6 +357,37 @@ class AgSpecServer:
         self._live_tokens += num_tokens
         if self._live_tokens > self.live_token_budget:
             self._over_budget(s)
+
+    def count_committed(self, calls: Sequence[Any], sizes: Sequence[int]) -> None:
+        """The live-token bookkeeping of one batched step (`step_batch`): `sizes[i]`
+        committed tokens went into the corpora of `calls[i]` (calls of this server), in
+        order. Past the live token budget a session stops indexing or is evicted, call by
+        call, as `accept` does."""
+        live = self._live_tokens
+        budget = self.live_token_budget
+        if live + sum(sizes) <= budget:
+            # Within the budget whatever the order: no call is checked against it.
+            for call, k in zip(calls, sizes):
+                if call.indexes_output:
+                    call.session._counted += k
+                    live += k
+            self._live_tokens = live
+            return
+        for call, k in zip(calls, sizes):
+            # Checked call by call: going over the budget may stop other calls' indexing.
+            if call.indexes_output:
+                sess = call.session
+                sess._counted += k
+                live += k
+                if live > budget:
+                    self._live_tokens = live
+                    self._over_budget(sess)
+                    live = self._live_tokens
+        self._live_tokens = live
+
+    def within_budget(self, num_tokens: int) -> bool:
+        """Whether `num_tokens` more live tokens keep the server within its budget."""
+        return self._live_tokens + num_tokens <= self.live_token_budget
 
     def _over_budget(self, s: AgSpecSession) -> None:
         """Evicts the least recently used other sessions; when `s` alone is over the

@@ -19,47 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agspec._registry import Registry
+from agspec.baselines.ar import ARServer
 from agspec.baselines.registry import BASELINES
 from agspec.drafter.factory import DrafterContext, DrafterFactory
 from agspec.drafter.replay import replay_factory
 from agspec.drafter.variants import VARIANTS, renamed_hint
 from agspec.policy.caps import ProfiledCap
-
-
-class _NoDraft:
-    """AR decoding: never proposes, so every step commits one token."""
-
-    def begin(self, prompt_ids: Sequence[int]) -> None:
-        pass
-
-    def propose(self, max_tokens: int) -> list[int]:
-        return []
-
-    def accept(self, committed_ids: Sequence[int]) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-
-class _NoDraftSession:
-    def open_artifact(self, path: str, text: str) -> None:
-        pass
-
-    def call(self, agent: str, role: str, turn: int) -> _NoDraft:
-        return _NoDraft()
-
-    def end(self) -> None:
-        pass
-
-
-class ARServer:
-    """The AR baseline as a drafter server (proposes nothing)."""
-
-    name = "ar"
-
-    def session(self, session_id: str, *, emission_format: str = "none") -> _NoDraftSession:
-        return _NoDraftSession()
 
 
 def _ar(ctx: DrafterContext) -> Any:

@@ -4,7 +4,7 @@
 - `agents`: the localizer's and coder's prompts and reply parsing.
 - `diffapply` and `executor`: apply a unified diff, run the tests, report.
 - `runner`: the turn loop, on llama.cpp (`LlamaLLM`) or a scripted fake (`ScriptedLLM`).
-- `recorder`: resumable JSONL output in the AgSpec trace format plus a live-stats sidecar.
 
-See docs/pipeline.md.
+Its sessions are written by `agspec.traces.recorder` (resumable JSONL plus a live-stats
+sidecar), as `agspec serve --record` writes its own. See docs/pipeline.md.
 """

@@ -276,7 +276,7 @@ class Engine:
         if name == "none":
             return None
         from agspec.drafter import VARIANTS, AgSpecServer
-        from agspec.policy.costmodel import ProfileCostModel, break_even_accept_prob
+        from agspec.policy.costmodel import ProfileCostModel
 
         assert self.cost_profile_path is not None
         cost_model = ProfileCostModel.load(self.cost_profile_path)
@@ -286,7 +286,6 @@ class Engine:
         if variant in VARIANTS:
             cfg = replace(
                 VARIANTS[variant],
-                break_even_prob=float(break_even_accept_prob(cost_model, 1)),
                 session_ttl_s=self.config.session_ttl_s,
                 live_token_budget=self.config.session_token_budget,
                 memory_budget_bytes=self.config.memory_budget_bytes,
@@ -294,25 +293,29 @@ class Engine:
             state = Path(self.config.state_dir) if self.config.state_dir else None
             if state is not None:
                 state.mkdir(parents=True, exist_ok=True)
-            return AgSpecServer(
+            return AgSpecServer.from_variant(
+                variant,
                 tokenizer=self.tokenizer,
-                config=cfg,
                 cost_model=cost_model,
+                batch_size=1,
+                config=cfg,
                 model=self.model_name,
-                name=name,
                 scales_path=state / "scales.json" if state else None,
                 curves_path=state / "curves.json" if state else None,
                 # At most one state write per 30 s (and one at close), not one per session.
                 save_interval_s=30.0,
             )
-        from agspec.lab.registry import drafter_names, make_server
+        from agspec.baselines.ar import ARServer
+        from agspec.baselines.registry import BASELINES
+        from agspec.drafter.factory import DrafterContext
 
-        if name not in drafter_names() or name == "oracle":
-            known = ", ".join(["agspec", "none", *[n for n in drafter_names() if n != "oracle"]])
+        if name == "ar":
+            return ARServer()
+        if name not in BASELINES:
+            known = ", ".join(["agspec", "none", "ar", *BASELINES.names(), *VARIANTS])
             raise ValueError(f"unknown drafter {name!r}; known: {known}")
-        return make_server(
-            name, global_docs=[], tokenizer=self.tokenizer, cost_model=cost_model, batch_size=1
-        )
+        ctx = DrafterContext(tokenizer=self.tokenizer, cost_model=cost_model, batch_size=1)
+        return BASELINES.get(name)(ctx)
 
     def settings(self) -> dict[str, Any]:
         c = self.config

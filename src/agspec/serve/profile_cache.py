@@ -73,7 +73,7 @@ def cached_cost_profile(
     cache: Path | None = None,
 ) -> tuple[Path, bool]:
     """(path of the profile for this model, CPU and thread count; True if it was cached)."""
-    from agspec.cli.costmodel_cmd import measure_profile
+    from agspec.adapters.llama_cpp import measure_cost_profile
     from agspec.policy.costmodel import ProfileCostModel
 
     key_src = json.dumps(
@@ -92,7 +92,7 @@ def cached_cost_profile(
         f"measuring a cost profile of {model_path.name} with {threads} threads "
         f"(once per model, CPU and thread count; cached in {folder})"
     )
-    profile: dict[str, Any] = measure_profile(
+    profile: dict[str, Any] = measure_cost_profile(
         str(model_path),
         max_tokens=SHORT_MAX_TOKENS,
         context_tokens=SHORT_CONTEXT,

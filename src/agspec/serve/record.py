@@ -5,7 +5,7 @@ when it ends: when it expires (TTL, or the least recently used past `--max-sessi
 and, for every live session, when the server shuts down. The live statistics go to the
 sidecar `FILE.live.jsonl` in the layout `agspec record` writes (per call: output ids, stop
 reason, every step's `[drafted, accepted, committed]`, prefill and total ms), through the
-same `agspec.pipeline.recorder.Recorder` (single appends with fsync; a cut last line is
+same `agspec.traces.recorder.Recorder` (single appends with fsync; a cut last line is
 repaired on the next start). A server killed with SIGKILL loses the sessions still live.
 
 The trace format has three message roles: a `tool` message is written as `user`, and an
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agspec.pipeline.recorder import Recorder
+from agspec.traces.recorder import Recorder
 from agspec.traces.roles import infer_role
 from agspec.traces.schema import Call, Message, Session
 

@@ -4,6 +4,8 @@
 - `read_sessions(path)`, `write_sessions(sessions, path)`, `check_file(path)`: JSONL.
 - `import_traces(format, paths)`: SWE-agent 0.x, mini-swe-agent, ChatDev 1.0.
 - `render_call(call, tokenizer)`: ChatML prompt ids and output ids.
+- `recorder.Recorder`: resumable recording, one line per finished session, plus the
+  live-stats sidecar (`agspec record`, `agspec serve --record`).
 
 >>> from agspec.traces import Call, Message, render_call
 >>> call = Call("agent", "code", 0, [Message("user", "hi")], "ok")

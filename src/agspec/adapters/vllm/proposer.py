@@ -197,12 +197,13 @@ class AgSpecProposer:
             )
         if self.cost_profile is not None:
             cost_model = load_cost_model(self.cost_profile)
-        self.server = AgSpecServer(
+        # As every caller builds it: with a cost model, p* is its break-even probability.
+        self.server = AgSpecServer.from_variant(
+            options.variant,
             tokenizer=self.tokenizer,
-            global_corpus=g,
-            config=config,
-            batch_size=options.batch_size,
             cost_model=cost_model,
+            batch_size=options.batch_size,
+            global_corpus=g,
             name=f"vllm-{options.variant}",
         )
         self.resolver = SessionResolver(

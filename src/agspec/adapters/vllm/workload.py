@@ -1,5 +1,11 @@
-"""Shared by benchmarks/bench_vllm.py and the vLLM tests: the model folder, agent prompts
-from the bundled default traces, and reading the proposer's counters file."""
+"""What benchmarks/bench_vllm.py and the vLLM tests drive vLLM with: the model folder,
+agent prompts from the bundled default traces, and the proposer's counters file.
+
+>>> first_difference([1, 2, 3], [1, 2, 4])
+2
+>>> first_difference([1, 2], [1, 2]) is None
+True
+"""
 
 from __future__ import annotations
 
@@ -9,21 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES = REPO / "src" / "agspec" / "data" / "traces" / "default.jsonl.gz"
+DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "data" / "traces" / "default.jsonl.gz"
 
-
-def vllm_skip_reason() -> str | None:
-    """None when vLLM (the CPU build) imports here, else why the vLLM tests skip."""
-    try:
-        import vllm  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken install (torchvision mismatch)
-        return (
-            f"vLLM is not importable in this interpreter ({type(exc).__name__}: {exc}); "
-            "these tests run in the virtualenv of scripts/install_vllm.sh "
-            "(scripts/test.sh does that after the main suite)"
-        )
-    return None
+__all__ = ["DEFAULT_TRACES", "agent_prompts", "fit_prompt", "first_difference", "model_folder",
+           "wait_stats"]  # fmt: skip
 
 
 def model_folder(name: str = "smollm2-135m-instruct") -> Path:
@@ -56,7 +51,7 @@ def agent_prompts(
                 continue
             session, call = q[depth]
             msgs = [{"role": m.role, "content": m.content} for m in call.messages]
-            ids = _fit(tokenizer, msgs, max_prompt_tokens)
+            ids = fit_prompt(tokenizer, msgs, max_prompt_tokens)
             if ids is None:
                 continue
             picked.append(
@@ -71,7 +66,9 @@ def agent_prompts(
     return picked
 
 
-def _fit(tokenizer: Any, msgs: list[dict[str, str]], limit: int) -> list[int] | None:
+def fit_prompt(tokenizer: Any, msgs: list[dict[str, str]], limit: int) -> list[int] | None:
+    """The chat-template ids of `msgs`, dropping the oldest messages after the system
+    prompt until at most `limit` ids remain; None when even two messages do not fit."""
     keep = list(msgs)
     while True:
         text = tokenizer.apply_chat_template(keep, add_generation_prompt=True, tokenize=False)
@@ -103,6 +100,7 @@ def wait_stats(path: str | os.PathLike[str], finished: int, timeout_s: float = 6
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position where `a` and `b` differ (None when equal)."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i

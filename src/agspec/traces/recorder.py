@@ -12,8 +12,7 @@ and sidecar records of sessions without a trace line (or repeated) are dropped, 
 resumed run neither duplicates nor loses a session.
 
 >>> import tempfile, os
->>> from agspec._files import atomic_output
-from agspec.traces.schema import Session
+>>> from agspec.traces.schema import Session
 >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
 >>> rec = Recorder(path)
 >>> rec.write(Session("s1", "agspec-pipeline", "m", "t1", []), {"status": "passed"})

@@ -1,6 +1,6 @@
-"""The CLI on hostile input and interruptions (issue 12, items 4-8): outputs never over an
-input and written whole or not at all, run folders that say whether they are complete,
-Ctrl-C as one line and exit 130, `traces check` accepting exactly what the readers accept."""
+"""`agspec` (agspec.cli) on hostile input and interruptions: outputs never over an input
+and written whole or not at all, run folders that say whether they are complete, Ctrl-C
+as one line and exit 130, `traces check` accepting exactly what the readers accept."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _no_traceback(err: str) -> None:
     assert "Traceback" not in err, err
 
 
-# -- item 4: outputs never overwrite an input, and are written whole ------------------
+# -- outputs never overwrite an input, and are written whole ------------------
 
 
 def test_import_refuses_to_write_over_its_input(tmp_path: Path, capsys) -> None:
@@ -107,7 +107,7 @@ def test_interrupted_import_leaves_the_old_output_and_no_file_that_passes_check(
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temporary left
 
 
-# -- item 5: run folders say whether they are complete ---------------------------------
+# -- run folders say whether they are complete ---------------------------------
 
 
 def _traces(tmp_path: Path, n: int = 4) -> Path:
@@ -261,7 +261,7 @@ def test_ctrl_c_in_record_is_one_line_and_keeps_the_recorded_sessions(
     assert not out.exists() or check_file(out)[1] == []
 
 
-# -- item 6: check accepts exactly what the readers accept ---------------------------
+# -- check accepts exactly what the readers accept ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -348,7 +348,7 @@ def test_check_and_read_sessions_agree_on_random_edits(tmp_path: Path) -> None:
     assert agreed[True] > 10 and agreed[False] > 10
 
 
-# -- item 7: the SWE-agent importer on hostile history entries ---------------------------
+# -- the SWE-agent importer on hostile history entries ---------------------------
 
 
 @pytest.mark.parametrize("agent", [["primary"], {"name": "primary"}, 3])
@@ -373,7 +373,7 @@ def test_swe_agent_agent_that_is_not_a_string(tmp_path: Path, capsys, agent) -> 
     assert check_file(out) == (1, [])
 
 
-# -- item 8: fail fast, with a message ----------------------------------------------------
+# -- fail fast, with a message ----------------------------------------------------
 
 
 def test_record_of_an_unknown_task_fails_before_the_model_loads(
