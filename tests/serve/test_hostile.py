@@ -20,16 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import require_model, require_server
 
-pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
-pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-try:  # the HTTP client the openai package brings (httpx, or httpx2 in openai >= 3)
-    import httpx
-except ImportError:
-    httpx = pytest.importorskip("httpx2", reason="the serve tests need httpx")
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+httpx = require_server().httpx  # skips the module with the reason when one is missing
 
-from agspec.models import ModelFileError, resolve_model  # noqa: E402
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -43,10 +38,7 @@ SAFE_HEADER = re.compile(r"[\x20-\x7e]{1,200}")
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        resolve_model(MODEL)
-    except (ModelFileError, FileNotFoundError, KeyError) as exc:
-        pytest.skip(f"SmolLM2 GGUF not available ({exc}); agspec models fetch {MODEL}")
+    require_model(MODEL)
     srv = ServerProcess([
         "--model", MODEL, "--threads", "1", "--n-ctx", "2048", "--max-queue", "64",
         "--drafter", "agspec", "--cost-profile", str(COST_PROFILE),
