@@ -34,7 +34,7 @@ from typing import Any
 
 from agspec.drafter.protocol import accept_length
 from agspec.drafter.session_inference import Resolution, SessionResolver
-from agspec.serve.metrics import ServeMetrics
+from agspec.serve.metrics import ServeMetrics, speculative_decoding_metrics
 from agspec.serve.schema import APIError, SamplingParams
 from agspec.serve.text import TextStream
 
@@ -81,6 +81,9 @@ class Finished:
     completion_tokens: int
     stats: dict[str, Any]
     answer: dict[str, Any] | None = None  # the assistant message (chat), set by `on_done`
+    # vLLM's per-request spec-decode object (`speculative_decoding_metrics`); None when
+    # the request was not decoded (cancelled before its first step).
+    speculative_decoding: dict[str, Any] | None = None
 
 
 @dataclass
@@ -537,6 +540,10 @@ class Engine:
             stats["prompt_ids"] = list(job.prompt_ids)
             stats["output_ids"] = text.tokens[: text.num_tokens]
         done = Finished(text.text, finish, len(job.prompt_ids), text.num_tokens, stats)
+        done.speculative_decoding = speculative_decoding_metrics(
+            [(s.drafted_tokens, s.accepted_tokens) for s in steps],
+            num_draft_tokens=self.config.num_draft_tokens,
+        )
         answer = job.on_done(done) if job.on_done is not None else None
         done.answer = answer
         if job.kind == "chat":
