@@ -163,16 +163,24 @@ class BatchLoop:
             self._start(nxt, self._pick_slot(free, nxt.prompt_ids))
 
     def _pick_slot(self, free: list[int], prompt: list[int]) -> int:
-        """The free slot sharing the longest prefix with `prompt`; else the one unused
-        longest (its cache is the least likely to be wanted again)."""
+        """The free slot whose cache this prompt continues most: the longest common
+        prefix among slots that would keep at least half their cached tokens (a
+        session's next call keeps all of them); else the slot unused longest (an empty
+        one first). So a new session that only shares a system prompt with another's
+        cache does not take it over while an empty or stale slot is free.
+
+        >>> # cached: slot 0 = A's call 1 (300 tokens), slot 1 = [] ; A's call 2 -> 0;
+        >>> # B's call 1 (same 40-token system prompt) -> 1
+        """
         best, best_len = -1, 0
         for i in free:
-            n = common_prefix_length(self.decoder.cached[i], prompt)
-            if n > best_len:
+            cached = self.decoder.cached[i]
+            n = common_prefix_length(cached, prompt)
+            if n > best_len and 2 * n >= len(cached):
                 best, best_len = i, n
-        if best >= 0 and best_len > 0:
+        if best >= 0:
             return best
-        return min(free, key=lambda i: self._last_used[i])
+        return min(free, key=lambda i: (len(self.decoder.cached[i]) > 0, self._last_used[i]))
 
     def _start(self, job: Job, slot: int) -> None:
         eng = self.engine
