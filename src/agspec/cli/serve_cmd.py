@@ -138,6 +138,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: no byte budget, 20M live tokens)",
     )
     p.add_argument(
+        "--parallel",
+        type=int,
+        default=4,
+        help="slots: requests decoded together in one llama.cpp batch; each slot keeps its "
+        "last request's KV, so a session's next call prefills only what is new (default 4)",
+    )
+    p.add_argument(
+        "--n-batch",
+        type=int,
+        default=512,
+        help="the most tokens of one decoding step, drafts and prefill chunks together "
+        "(default 512)",
+    )
+    p.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        help="prompt tokens prefilled per step while other requests decode (default 256)",
+    )
+    p.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a request may wait for a free slot; past it: 503 with Retry-After "
+        "(default 120)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -152,10 +179,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
-    for name in ("threads", "n_ctx", "max_queue", "max_sessions", "num_draft_tokens"):
+    for name in ("threads", "n_ctx", "max_queue", "max_sessions", "num_draft_tokens",
+                 "parallel", "n_batch", "prefill_chunk"):  # fmt: skip
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("request_timeout", "session_ttl", "drain_timeout"):
+    for name in ("request_timeout", "session_ttl", "drain_timeout", "queue_timeout"):
         if not getattr(args, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.memory_budget and args.memory_budget < 1 << 20:
@@ -220,6 +248,10 @@ def _serve(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             num_draft_tokens=args.num_draft_tokens,
             memory_budget_bytes=args.memory_budget,
+            parallel=args.parallel,
+            n_batch=args.n_batch,
+            prefill_chunk=args.prefill_chunk,
+            queue_timeout_s=args.queue_timeout,
         ),
         progress=progress,
     )
@@ -234,7 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server = _Server(config)
     progress(
-        f"model {engine.model_name}, drafter {args.drafter}; serving on "
+        f"model {engine.model_name}, drafter {args.drafter}, {args.parallel} slots; serving on "
         f"http://{args.host}:{args.port}/v1"
     )
     server.run()

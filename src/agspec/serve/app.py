@@ -308,6 +308,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish}],
             "usage": _usage(done),
+            "metrics": _metrics(done),
             "agspec": done.stats,
         }  # fmt: skip
         count("chat", job, "200", t0)
@@ -361,6 +362,7 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             "choices": [{"text": echo + done.text, "index": 0, "logprobs": None,
                          "finish_reason": done.finish_reason}],
             "usage": _usage(done),
+            "metrics": _metrics(done),
             "agspec": done.stats,
         }  # fmt: skip
         count("completions", job, "200", t0)
@@ -419,6 +421,11 @@ def _usage(done: Finished) -> dict[str, int]:
     }
 
 
+def _metrics(done: Finished) -> dict[str, Any]:
+    """vLLM's per-request metrics object: `{"speculative_decoding": {...}}`."""
+    return {"speculative_decoding": done.speculative_decoding}
+
+
 async def _events_until_done(
     job: Job, events: asyncio.Queue[Any]
 ) -> AsyncIterator[Delta | Finished | Failed]:
@@ -466,7 +473,10 @@ async def _stream(
             if ev.finish_reason == "cancelled":
                 count("499")
                 return
-            for c in on_finish(ev, sent):
+            closing = on_finish(ev, sent)
+            # The last chunk carries vLLM's per-request metrics object.
+            closing[-1]["metrics"] = _metrics(ev)
+            for c in closing:
                 yield _sse(c)
             yield _DONE
             count("200")

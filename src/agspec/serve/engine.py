@@ -1,20 +1,22 @@
 """The decode worker of `agspec serve`: one thread owns the llama.cpp model.
 
-Requests become `Job`s in a bounded queue (`submit` raises `QueueFull` past it: the
-route answers 503 with Retry-After). The worker takes one job at a time and runs the own
-generation loop (`agspec.adapters.llama_cpp.generate`: AgSpec drafting, exact greedy or
-sampled verification), with:
+Requests become `Job`s in a bounded waiting queue (`submit` raises `QueueFull` past it:
+the route answers 503 with Retry-After). The worker (`agspec.serve.batching.BatchLoop`)
+runs up to `--parallel` jobs at once, one slot each, in one llama.cpp batch per step,
+with:
 
-- the job's drafter call from its session (`AgSpecServer.session(id).call(agent, ...)`);
-- `on_commit` turning each step's tokens into text (`TextStream`: stop strings, UTF-8)
-  and handing it to the route as events (`loop.call_soon_threadsafe`);
-- `should_stop` checked before every step: the client went away (`job.cancel`), the
-  per-request deadline passed, a stop string completed, or the server is aborting.
+- each job's drafter call from its session (`AgSpecServer.session(id).call(agent, ...)`),
+  all of them stepped together (`step_batch`);
+- each step's committed tokens turned into text (`TextStream`: stop strings, UTF-8) and
+  handed to the route as events (`loop.call_soon_threadsafe`);
+- checks before every step: the client went away (`job.cancel`), the per-request time
+  bound passed (504), a stop string completed, or the server is aborting; a job that
+  waits for a slot past `--queue-timeout` gets 503 with Retry-After.
 
 Everything that touches the drafter state (sessions, scales, curves) runs on this
 thread, so the drafter needs no lock; the session resolver (`agspec.drafter.session_inference`) is
 thread-safe and is used from both sides. Sessions the resolver drops (TTL, LRU) are
-ended on the worker thread before its next job (their trace is written then, with
+ended on the worker thread before its next step (their trace is written then, with
 `--record`).
 """
 
@@ -23,8 +25,6 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agspec.drafter.protocol import accept_length
 from agspec.drafter.session_inference import Resolution, SessionResolver
 from agspec.serve.metrics import ServeMetrics
 from agspec.serve.schema import APIError, SamplingParams
@@ -61,6 +60,9 @@ class EngineConfig:
     memory_budget_bytes: int = 0  # 0: off; else the drafter corpora's byte budget
     num_draft_tokens: int = 16
     cache_dir: str | None = None  # model cache
+    parallel: int = 4  # slots: requests decoded together in one batch
+    prefill_chunk: int = 256  # prompt tokens per step while other requests decode
+    queue_timeout_s: float = 120.0  # longest wait for a slot before a 503
 
 
 class QueueFull(Exception):
@@ -82,6 +84,9 @@ class Finished:
     completion_tokens: int
     stats: dict[str, Any]
     answer: dict[str, Any] | None = None  # the assistant message (chat), set by `on_done`
+    # vLLM's per-request spec-decode object (`speculative_decoding_metrics`); None when
+    # the request was not decoded (cancelled before its first step).
+    speculative_decoding: dict[str, Any] | None = None
 
 
 @dataclass
@@ -126,44 +131,6 @@ class _TokenizerView:
         return [int(t) for t in self._llm.tokenize(text.encode("utf-8"), add_bos=False)]
 
 
-class _CountingCall:
-    """A drafter call that also counts drafted and accepted tokens per draft source."""
-
-    def __init__(self, inner: Any, metrics: ServeMetrics, agent: str) -> None:
-        self.inner = inner
-        self.m = metrics
-        self.agent = agent
-        self._draft: list[int] = []
-        self._source = "other"
-        self.drafted = 0
-        self.accepted = 0
-        self.by_source: dict[str, list[int]] = {}
-
-    def begin(self, prompt_ids: Sequence[int]) -> None:
-        self.inner.begin(prompt_ids)
-
-    def propose(self, max_tokens: int) -> list[int]:
-        self._draft = list(self.inner.propose(max_tokens))
-        self._source = str(getattr(self.inner, "last_source", None) or "other")
-        return self._draft
-
-    def accept(self, committed_ids: Sequence[int]) -> None:
-        if self._draft:
-            acc = accept_length(self._draft, committed_ids)
-            self.drafted += len(self._draft)
-            self.accepted += acc
-            row = self.by_source.setdefault(self._source, [0, 0])
-            row[0] += len(self._draft)
-            row[1] += acc
-            self.m.drafted.labels(self.agent, self._source).inc(len(self._draft))
-            self.m.accepted.labels(self.agent, self._source).inc(acc)
-        self._draft = []
-        self.inner.accept(committed_ids)
-
-    def end(self) -> None:
-        self.inner.end()
-
-
 def _eog_ids(llama_cpp: Any, llm: Any) -> set[int]:
     """Every end-of-generation token of the vocabulary (llama.cpp stops on each)."""
     vocab = getattr(llm._model, "vocab", None)
@@ -199,12 +166,18 @@ class Engine:
         self.cost_profile_path: Path | None = None
         if cfg.drafter != "none":
             self.cost_profile_path = self._cost_profile(progress)
-        progress(f"loading {self.model_path} (n_ctx {cfg.n_ctx}, {cfg.threads} threads)")
+        _check_batching(cfg)
+        progress(
+            f"loading {self.model_path} ({cfg.parallel} slots of {cfg.n_ctx} tokens, "
+            f"{cfg.threads} threads)"
+        )
+        # The Llama object gives the model and its tokenizer; decoding runs in the slots'
+        # own context (`BatchLoop`), so its context is kept small.
         self.llm = llama_cpp.Llama(
-            model_path=str(self.model_path), n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+            model_path=str(self.model_path), n_ctx=256, n_batch=256,
             n_threads=cfg.threads, n_threads_batch=cfg.threads, seed=0, verbose=False,
         )  # fmt: skip
-        self.n_ctx = int(self.llm.n_ctx())
+        self.n_ctx = cfg.n_ctx
         self.eog = _eog_ids(llama_cpp, self.llm)
         self._pieces: dict[int, bytes] = {}
         meta = self.llm.metadata
@@ -229,12 +202,17 @@ class Engine:
             self.recorder = ServeRecorder(
                 cfg.record, model=self.model_name, settings=self.settings()
             )
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=cfg.max_queue)
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
         self._accepting = True
         self._abort = threading.Event()
         self._thread: threading.Thread | None = None
         self._recent_s: collections.deque[float] = collections.deque(maxlen=16)
         self.running = 0
+        from agspec.serve.batching import BatchLoop
+
+        self.loop = BatchLoop(self)
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -324,6 +302,7 @@ class Engine:
             "drafter": c.drafter,
             "threads": c.threads,
             "n_ctx": self.n_ctx if hasattr(self, "n_ctx") else c.n_ctx,
+            "parallel": c.parallel,
             "num_draft_tokens": c.num_draft_tokens,
             "cost_profile": str(self.cost_profile_path) if self.cost_profile_path else None,
         }
@@ -344,7 +323,7 @@ class Engine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return bytes(self.llm.detokenize(list(tokens))).decode("utf-8", errors="ignore")
 
-    # --- queue --------------------------------------------------------------------------
+    # --- queue ---------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._thread is None:
@@ -353,37 +332,40 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._waiting)
 
     def submit(self, job: Job) -> None:
         if not self._accepting:
             raise APIError(
                 503, "the server is shutting down", type="server_error", code="shutting_down"
             )
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            mean = sum(self._recent_s) / len(self._recent_s) if self._recent_s else 1.0
-            raise QueueFull(max(1, math.ceil(mean * (self._queue.qsize() + 1)))) from None
-        self.metrics.queue_depth.set(self._queue.qsize())
+        with self._cond:
+            if len(self._waiting) >= self.config.max_queue:
+                raise QueueFull(self._retry_after())
+            self._waiting.append(job)
+            self._cond.notify()
+        self.metrics.queue_depth.set(len(self._waiting))
+
+    def _retry_after(self) -> int:
+        from agspec.serve.batching import retry_after_s
+
+        return retry_after_s(list(self._recent_s), len(self._waiting), self.config.parallel)
 
     def close(self, *, timeout_s: float = 30.0) -> None:
-        """Stop taking jobs, let the queued ones run (up to `timeout_s`; then abort the
-        running one), end every session and save the drafter state."""
+        """Stop taking jobs, let the queued and running ones finish (up to `timeout_s`;
+        then abort the rest), end every session and save the drafter state."""
         self._accepting = False
         if self._thread is not None:
             deadline = time.monotonic() + timeout_s
-            while not self._queue.empty() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not self._queue.empty() or self.running:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if self._thread.is_alive():
                 self._abort.set()
-            while self._thread.is_alive():  # the queue may be full: wait for room
-                try:
-                    self._queue.put(None, timeout=0.5)
-                    break
-                except queue.Full:
-                    self._abort.set()
-            self._thread.join(timeout=max(1.0, deadline - time.monotonic() + 5.0))
+                with self._cond:
+                    self._cond.notify_all()
+                self._thread.join(timeout=10.0)
             self._thread = None
         self._end_all_sessions()
 
@@ -399,53 +381,76 @@ class Engine:
         if save is not None:
             save()
 
-    # --- the worker -----------------------------------------------------------------------
+    # --- the worker's side of the queue (called by `BatchLoop` on the worker thread) -------
 
     def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            self.metrics.queue_depth.set(self._queue.qsize())
-            if job is None:
-                return
-            self._drain_expired()
-            if job.cancel.is_set():
-                self.metrics.cancelled.labels("disconnected").inc()
-                job.emit(Finished("", "cancelled", len(job.prompt_ids), 0, {}))
-                continue
-            if time.monotonic() > job.deadline:
-                self.metrics.cancelled.labels("timeout").inc()
-                job.emit(Failed(_timeout_error()))
-                continue
-            self.running = 1
-            self.metrics.running.set(1)
-            t0 = time.monotonic()
-            final: Event
-            try:
-                final = self._run(job)
-            except Exception as exc:  # never let one request take the worker down
-                log.exception("generation failed")
-                self._reset_cache()
-                final = Failed(APIError(500, f"generation failed: {exc}", type="server_error"))
-                self.fail_session(job.resolution.session_id)
-            self.running = 0
-            self.metrics.running.set(0)
-            self._recent_s.append(time.monotonic() - t0)
-            job.emit(final)  # after the slot is free: a client that sees it sees a free slot
+        self.loop.run()
+
+    def _should_exit(self) -> bool:
+        """Nothing runs: the worker may end once the server is closing and the queue is
+        empty (or the drain was cut short)."""
+        with self._cond:
+            return self._stopping and (not self._waiting or self._abort.is_set())
+
+    def _wait_for_work(self, timeout_s: float) -> None:
+        with self._cond:
+            if not self._waiting and not self._stopping:
+                self._cond.wait(timeout_s)
+
+    def _pop_waiting(self) -> Job | None:
+        with self._cond:
+            job = self._waiting.popleft() if self._waiting else None
+        self.metrics.queue_depth.set(len(self._waiting))
+        return job
+
+    def _take_expired_waiting(self, now: float) -> list[Job]:
+        """Waiting jobs that must leave the queue: cancelled, past their time bound, past
+        the queue timeout (no slot came free in time), or the server is aborting."""
+        limit = self.config.queue_timeout_s
+        with self._cond:
+            if not self._waiting:
+                return []
+            out = [
+                j for j in self._waiting
+                if j.cancel.is_set() or now > j.deadline or now - j.submitted > limit
+                or self._abort.is_set()
+            ]  # fmt: skip
+            for j in out:
+                self._waiting.remove(j)
+        if out:
+            self.metrics.queue_depth.set(len(self._waiting))
+        return out
+
+    def _no_slot_error(self) -> APIError:
+        if self._abort.is_set():
+            return APIError(503, "the server shut down before the request got a slot",
+                            type="server_error", code="shutting_down")  # fmt: skip
+        return APIError(
+            503,
+            f"the server is busy: no slot came free within {self.config.queue_timeout_s:g} s "
+            f"(--queue-timeout; {self.config.parallel} slots); retry later",
+            type="server_error",
+            code="no_free_slot",
+            headers={"Retry-After": str(self._retry_after())},
+        )
+
+    @staticmethod
+    def _finished_empty(job: Job) -> Finished:
+        return Finished("", "cancelled", len(job.prompt_ids), 0, {})
+
+    @staticmethod
+    def _failed(err: APIError) -> Failed:
+        return Failed(err)
 
     def fail_session(self, sid: str) -> None:
         """A request of session `sid` failed with a server error: forget the session's
         boundaries, so that no later request is joined to it unchecked (it starts a new
         session), and end its drafter session on the worker, before its next job. Safe
         from any thread."""
-        self.resolver.forget(sid)
+        forget = getattr(self.resolver, "forget", None)
+        if forget is not None:
+            forget(sid)
         self._expired.append(sid)
-
-    def _reset_cache(self) -> None:
-        try:
-            self.llm.n_tokens = 0
-            self.llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        except Exception:  # pragma: no cover - best effort after a failure
-            log.exception("could not reset the KV cache")
 
     def _drain_expired(self) -> None:
         while self._expired:
@@ -474,65 +479,26 @@ class Engine:
             server.touch(sid)
         return s.call(agent, "other", turn)
 
-    def _run(self, job: Job) -> Event:
-        from agspec.adapters.llama_cpp import Sampling, generate
-
-        m = self.metrics
-        agent = m.agent_label(job.agent)
-        sid = job.resolution.session_id
-        turn = self._turns.get(sid, 0)
-        self._turns[sid] = turn + 1
-        inner = self._drafter_call(sid, job.agent, turn)
-        call = _CountingCall(inner, m, agent) if inner is not None else None
-        sp = job.sampling
-        room = self.n_ctx - len(job.prompt_ids)
-        max_new = room if sp.max_tokens is None else min(sp.max_tokens, room)
-        sampling = None
-        if not sp.greedy:
-            seed = sp.seed if sp.seed is not None else secrets.randbits(32)
-            sampling = Sampling(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p,
-                                seed=seed)  # fmt: skip
-        text = TextStream(self.piece, stops=sp.stop, eog=self.eog, hold_all=job.hold_all)
-        timed_out = False
-
-        def on_commit(tokens: list[int]) -> None:
-            text.add(tokens)
-            if job.stream:
-                delta = text.pending()
-                if delta:
-                    job.emit(Delta(delta))
-
-        def should_stop() -> bool:
-            nonlocal timed_out
-            if text.done or job.cancel.is_set() or self._abort.is_set():
-                return True
-            if time.monotonic() > job.deadline:
-                timed_out = True
-                return True
-            return False
-
-        result = generate(
-            self.llm, job.prompt_ids, call, max_new, num_draft_tokens=self.config.num_draft_tokens,
-            eos_token_ids=sorted(self.eog), sampling=sampling, on_commit=on_commit,
-            should_stop=should_stop,
-        )  # fmt: skip
-        steps = result.steps
-        m.verify_steps.labels(agent).inc(len(steps))
-        m.draft_seconds.labels(agent).inc(sum(s.draft_ms for s in steps) / 1000.0)
-        m.verify_seconds.labels(agent).inc(sum(s.verify_ms for s in steps) / 1000.0)
-        m.prefill_seconds.labels(agent).inc(result.prefill_ms / 1000.0)
-        m.prompt_tokens.labels(agent).inc(len(job.prompt_ids))
-        m.completion_tokens.labels(agent).inc(text.num_tokens)
-        if job.cancel.is_set() and not text.done:
-            m.cancelled.labels("disconnected").inc()
-            return Finished(text.text, "cancelled", len(job.prompt_ids), text.num_tokens, {})
-        if timed_out:
-            m.cancelled.labels("timeout").inc()
-            return Failed(_timeout_error())
-        if self._abort.is_set() and not text.done:
-            return Failed(APIError(503, "the server shut down during generation",
-                                   type="server_error", code="shutting_down"))  # fmt: skip
-        finish = "stop" if text.done else "length"
+    def _complete(
+        self,
+        job: Job,
+        *,
+        text: TextStream,
+        finish: str,
+        sid: str,
+        turn: int,
+        max_new: int,
+        steps: Sequence[tuple[int, int, int]],
+        by_source: dict[str, list[int]],
+        reused: int,
+        tokens: list[int],
+        stopped_by: str,
+        prefill_ms: float,
+        total_ms: float,
+        queued_ms: float,
+        speculative_decoding: dict[str, Any],
+    ) -> None:
+        """A job decoded to its end: its answer, the session's memory of it, its trace."""
         stats = {
             "session_id": sid,
             "session_new": job.resolution.is_new,
@@ -540,18 +506,20 @@ class Engine:
             "agent": job.agent,
             "turn": turn,
             "steps": len(steps),
-            "drafted_tokens": call.drafted if call else 0,
-            "accepted_tokens": call.accepted if call else 0,
-            "by_source": call.by_source if call else {},
-            "reused_prompt_tokens": result.reused_prompt_tokens,
-            "prefill_ms": round(result.prefill_ms, 2),
-            "decode_ms": round(result.total_ms - result.prefill_ms, 2),
-            "total_ms": round(result.total_ms, 2),
+            "drafted_tokens": sum(s[0] for s in steps),
+            "accepted_tokens": sum(s[1] for s in steps),
+            "by_source": by_source,
+            "reused_prompt_tokens": reused,
+            "queued_ms": round(queued_ms, 2),
+            "prefill_ms": round(prefill_ms, 2),
+            "decode_ms": round(total_ms - prefill_ms, 2),
+            "total_ms": round(total_ms, 2),
         }
         if job.return_ids:
             stats["prompt_ids"] = list(job.prompt_ids)
             stats["output_ids"] = text.tokens[: text.num_tokens]
         done = Finished(text.text, finish, len(job.prompt_ids), text.num_tokens, stats)
+        done.speculative_decoding = speculative_decoding
         answer = job.on_done(done) if job.on_done is not None else None
         done.answer = answer
         if job.kind == "chat":
@@ -568,18 +536,28 @@ class Engine:
                     "agent": job.agent, "turn": turn,
                     "max_new_tokens": max_new,
                     "prompt_tokens": len(job.prompt_ids),
-                    "reused_prompt_tokens": result.reused_prompt_tokens,
-                    "output_ids": result.tokens,
-                    "stopped_by": "stop_string" if text.stopped else result.stopped_by,
-                    "prefill_ms": round(result.prefill_ms, 1),
-                    "total_ms": round(result.total_ms, 1),
-                    "steps": [[s.drafted_tokens, s.accepted_tokens, s.committed_tokens]
-                              for s in steps],
+                    "reused_prompt_tokens": reused,
+                    "output_ids": tokens,
+                    "stopped_by": stopped_by,
+                    "prefill_ms": round(prefill_ms, 1),
+                    "total_ms": round(total_ms, 1),
+                    "steps": [list(s) for s in steps],
                 },
             )  # fmt: skip
-        return done
+        job.emit(done)
 
 
-def _timeout_error() -> APIError:
-    return APIError(504, "the request timed out (--request-timeout)", type="timeout",
-                    code="timeout")  # fmt: skip
+def _check_batching(cfg: EngineConfig) -> None:
+    """The slots' batch must hold every slot's pending token and longest draft."""
+    if not 1 <= cfg.parallel <= 64:
+        raise ValueError(f"--parallel must be an int in [1, 64], got {cfg.parallel}")
+    if cfg.prefill_chunk < 1:
+        raise ValueError(f"--prefill-chunk must be an int >= 1, got {cfg.prefill_chunk}")
+    need = cfg.parallel * (cfg.num_draft_tokens + 1)
+    if need > cfg.n_batch:
+        raise ValueError(
+            f"--parallel {cfg.parallel} x (--num-draft-tokens {cfg.num_draft_tokens} + 1) = "
+            f"{need} tokens per step do not fit --n-batch {cfg.n_batch}"
+        )
+    if not (math.isfinite(cfg.queue_timeout_s) and cfg.queue_timeout_s > 0):
+        raise ValueError(f"--queue-timeout must be a number > 0, got {cfg.queue_timeout_s}")

@@ -24,13 +24,49 @@ seen), `agspec_cancelled_total{reason}`, `agspec_rejected_total{reason}`,
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["ServeMetrics", "CONTENT_TYPE", "MAX_AGENTS"]
+__all__ = ["ServeMetrics", "CONTENT_TYPE", "MAX_AGENTS", "speculative_decoding_metrics"]
 
 MAX_AGENTS = 64
+
+
+def speculative_decoding_metrics(
+    steps: Sequence[tuple[int, int]], *, num_draft_tokens: int
+) -> dict[str, Any]:
+    """One request's speculation figures in vLLM's per-request schema (the
+    `metrics.speculative_decoding` object of a response), from its verification steps
+    `(drafted tokens, accepted tokens)`.
+
+    As vLLM counts them: a *spec step* is a verification step whose draft was not empty
+    (vLLM's `num_drafts`); `draft_acceptance_rate` = accepted / drafted tokens (a fraction,
+    null without drafts); `mean_acceptance_length` = 1 + accepted / spec steps, so it
+    *includes* the bonus token, vLLM's convention (AgSpec's own "accept length" elsewhere
+    excludes it: this is accept length + 1); `acceptance_histogram[k]` = spec steps that
+    accepted exactly k draft tokens, k = 0..`num_draft_tokens` (the server's longest draft).
+
+    >>> m = speculative_decoding_metrics([(4, 2), (0, 0), (3, 3)], num_draft_tokens=4)
+    >>> m["num_spec_steps"], m["mean_acceptance_length"], m["acceptance_histogram"]
+    (2, 3.5, [0, 0, 1, 1, 0])
+    """
+    spec = [(d, a) for d, a in steps if d > 0]
+    drafted = sum(d for d, _ in spec)
+    accepted = sum(a for _, a in spec)
+    histogram = [0] * (max(num_draft_tokens, max((a for _, a in spec), default=0)) + 1)
+    for _, a in spec:
+        histogram[a] += 1
+    return {
+        "num_spec_steps": len(spec),
+        "num_draft_tokens": drafted,
+        "num_accepted_draft_tokens": accepted,
+        "mean_acceptance_length": round(1.0 + accepted / len(spec), 4) if spec else None,
+        "draft_acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+        "acceptance_histogram": histogram,
+    }
 
 
 class ServeMetrics:

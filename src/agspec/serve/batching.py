@@ -1,0 +1,491 @@
+"""Continuous batching for `agspec serve --parallel N`: the decode worker's loop.
+
+One thread owns the llama.cpp context (`SlotDecoder`, N slots). Every step:
+
+1. Finished, cancelled (client gone) and timed-out requests leave their slots; queued
+   requests that waited past `--queue-timeout` get 503 with Retry-After.
+2. Queued requests take free slots, each the free slot whose cached tokens share the
+   longest prefix with its prompt (an agent session's next call finds its history there:
+   only the new messages are prefilled).
+3. The drafter drafts for every decoding request in one batched step (`step_batch`, the
+   cost rule priced at the live batch size); other drafters draft call by call.
+4. One `llama_decode` evaluates each decoding request's pending token and draft, plus
+   prefill chunks of admitted prompts in the room left (at most `--prefill-chunk` tokens
+   while others decode, so a long prompt delays them by one chunk per step, not by its
+   whole prefill).
+5. Each decoding request keeps its draft's longest prefix equal to the argmax (or the
+   sampled token: exact sampling, as `agspec.adapters.llama_cpp.Sampling`), rolls the
+   rejected draft's KV back in its own slot, and streams what it committed.
+
+The per-request time bound (`--request-timeout`) is checked between prefill chunks and
+decode steps: a request past it ends with 504. Greedy output equals plain decoding
+token for token, up to llama.cpp's batched kernels flipping a near-tie.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agspec.adapters.llama_cpp_batch import SlotDecoder, common_prefix_length
+from agspec.serve.metrics import speculative_decoding_metrics
+from agspec.serve.schema import APIError
+from agspec.serve.text import TextStream
+
+if TYPE_CHECKING:
+    from agspec.adapters.llama_cpp import Sampling
+    from agspec.serve.engine import Engine, Job
+
+log = logging.getLogger("agspec.serve")
+
+__all__ = ["BatchLoop"]
+
+
+@dataclass
+class _Running:
+    """A request in a slot. Prefill until `prefilled == len(prompt) - 1`, then decode:
+    `pending` is the last committed (or the last prompt) token, not yet in the KV."""
+
+    job: Job
+    slot: int
+    sid: str
+    turn: int
+    agent_label: str
+    max_new: int
+    text: TextStream
+    call: Any = None  # the drafter call (None: --drafter none)
+    sampling: Sampling | None = None
+    rng: random.Random | None = None
+    reused: int = 0
+    prefilled: int = 0
+    decoding: bool = False
+    pending: int = -1
+    draft: list[int] = field(default_factory=list)
+    committed: list[int] | None = None  # for the drafter's next accept (step_batch)
+    tokens: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int, int]] = field(default_factory=list)  # drafted, accepted, committed
+    by_source: dict[str, list[int]] = field(default_factory=dict)
+    source: str = "other"
+    started: float = 0.0  # admitted to the slot (monotonic)
+    prefill_done: float = 0.0
+    stopped_by: str = "length"
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.job.prompt_ids
+
+
+def _timeout_error(job: Job, what: str) -> APIError:
+    bound = job.deadline - job.submitted
+    return APIError(
+        504,
+        f"the request ran past its time bound of {bound:.0f} s (--request-timeout) {what}",
+        type="timeout",
+        code="timeout",
+    )
+
+
+class BatchLoop:
+    """The scheduler of the decode worker (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        cfg = engine.config
+        self.engine = engine
+        self.decoder = SlotDecoder(
+            engine.llm,
+            num_slots=cfg.parallel,
+            slot_ctx_tokens=cfg.n_ctx,
+            n_batch=cfg.n_batch,
+            threads=cfg.threads,
+        )
+        self.slots: list[_Running | None] = [None] * cfg.parallel
+        self._last_used = [0.0] * cfg.parallel
+        self.num_steps = 0
+        # The last step's shape and time, for the cost profile (set by `_step`).
+        self.on_step: Any = None
+
+    # --- the loop ---------------------------------------------------------------------
+
+    @property
+    def num_running(self) -> int:
+        return sum(r is not None for r in self.slots)
+
+    def run(self) -> None:
+        eng = self.engine
+        while True:
+            eng._drain_expired()
+            self._admit()
+            if self.num_running == 0:
+                if eng._should_exit():
+                    return
+                eng._wait_for_work(0.5)
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # never let one batch take the worker down
+                log.exception("generation failed")
+                self.decoder.clear()
+                for r in list(self.slots):
+                    if r is not None:
+                        self._fail(
+                            r, APIError(500, f"generation failed: {exc}", type="server_error")
+                        )
+                        eng.fail_session(r.sid)
+
+    def _admit(self) -> None:
+        eng = self.engine
+        now = time.monotonic()
+        for job in eng._take_expired_waiting(now):
+            if job.cancel.is_set():
+                eng.metrics.cancelled.labels("disconnected").inc()
+                job.emit(eng._finished_empty(job))
+            elif now > job.deadline:
+                eng.metrics.cancelled.labels("timeout").inc()
+                job.emit(eng._failed(_timeout_error(job, "while waiting for a slot")))
+            else:
+                eng.metrics.rejected.labels("no_free_slot").inc()
+                job.emit(eng._failed(eng._no_slot_error()))
+        while True:
+            free = [i for i, r in enumerate(self.slots) if r is None]
+            if not free:
+                return
+            nxt = eng._pop_waiting()
+            if nxt is None:
+                return
+            self._start(nxt, self._pick_slot(free, nxt.prompt_ids))
+
+    def _pick_slot(self, free: list[int], prompt: list[int]) -> int:
+        """The free slot whose cache this prompt continues most: the longest common
+        prefix among slots that would keep at least half their cached tokens (a
+        session's next call keeps all of them); else the slot unused longest (an empty
+        one first). So a new session that only shares a system prompt with another's
+        cache does not take it over while an empty or stale slot is free.
+
+        >>> # cached: slot 0 = A's call 1 (300 tokens), slot 1 = [] ; A's call 2 -> 0;
+        >>> # B's call 1 (same 40-token system prompt) -> 1
+        """
+        best, best_len = -1, 0
+        for i in free:
+            cached = self.decoder.cached[i]
+            n = common_prefix_length(cached, prompt)
+            if n > best_len and 2 * n >= len(cached):
+                best, best_len = i, n
+        if best >= 0:
+            return best
+        return min(free, key=lambda i: (len(self.decoder.cached[i]) > 0, self._last_used[i]))
+
+    def _start(self, job: Job, slot: int) -> None:
+        eng = self.engine
+        m = eng.metrics
+        sid = job.resolution.session_id
+        turn = eng._turns.get(sid, 0)
+        eng._turns[sid] = turn + 1
+        sp = job.sampling
+        room = eng.n_ctx - len(job.prompt_ids)
+        max_new = room if sp.max_tokens is None else min(sp.max_tokens, room)
+        r = _Running(
+            job=job, slot=slot, sid=sid, turn=turn, agent_label=m.agent_label(job.agent),
+            max_new=max_new,
+            text=TextStream(eng.piece, stops=sp.stop, eog=eng.eog, hold_all=job.hold_all),
+            started=time.monotonic(),
+        )  # fmt: skip
+        if not sp.greedy:
+            from agspec.adapters.llama_cpp import Sampling
+
+            seed = sp.seed if sp.seed is not None else secrets.randbits(32)
+            r.sampling = Sampling(
+                temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=seed
+            )
+            r.rng = random.Random(seed)
+        prompt = job.prompt_ids
+        # Keep the slot's cached prefix of the prompt (all but its last token, which stays
+        # pending for the first verification batch).
+        r.reused = common_prefix_length(self.decoder.cached[slot], prompt[:-1])
+        self.decoder.keep(slot, r.reused)
+        r.prefilled = r.reused
+        r.call = eng._drafter_call(sid, job.agent, turn)
+        self.slots[slot] = r
+        m.running.set(self.num_running)
+        eng.running = self.num_running
+        if r.prefilled >= len(prompt) - 1:
+            self._begin_decoding(r)
+
+    def _begin_decoding(self, r: _Running) -> None:
+        r.decoding = True
+        r.pending = r.prompt[-1]
+        r.prefill_done = time.monotonic()
+        if r.call is not None:
+            r.call.begin(r.prompt)
+
+    # --- one step -----------------------------------------------------------------------
+
+    def _stop_reason(self, r: _Running) -> str | None:
+        if r.job.cancel.is_set():
+            return "cancelled"
+        if self.engine._abort.is_set():
+            return "abort"
+        if time.monotonic() > r.job.deadline:
+            return "timeout"
+        return None
+
+    def _step(self) -> None:
+        eng = self.engine
+        cfg = eng.config
+        # Requests that must leave before this step: the client went away, the time bound.
+        for r in list(self.slots):
+            if r is not None and (why := self._stop_reason(r)) is not None:
+                self._end_early(r, why)
+        decoding = [r for r in self.slots if r is not None and r.decoding]
+        t_draft = time.perf_counter()
+        if decoding:
+            self._draft(decoding)
+        t_decode = time.perf_counter()
+        parts: list[tuple[int, list[int], int]] = []
+        for r in decoding:
+            parts.append((r.slot, [r.pending, *r.draft], 1 + len(r.draft)))
+        used = sum(len(p[1]) for p in parts)
+        room = cfg.n_batch - used
+        chunk_cap = min(room, cfg.prefill_chunk) if decoding else room
+        prefilling: list[tuple[_Running, int]] = []
+        for r in self.slots:
+            if r is None or r.decoding or chunk_cap <= 0:
+                continue
+            n = min(len(r.prompt) - 1 - r.prefilled, chunk_cap)
+            parts.append((r.slot, r.prompt[r.prefilled : r.prefilled + n], 0))
+            prefilling.append((r, n))
+            chunk_cap -= n
+        if not parts:
+            return
+        logits = self.decoder.decode(parts)
+        t_verify = time.perf_counter()
+        row = 0
+        step_tokens = sum(len(p[1]) for p in parts)
+        self.num_steps += 1
+        if self.on_step is not None and decoding and not prefilling:
+            self.on_step(len(decoding), step_tokens, (t_verify - t_decode) * 1000.0)
+        share_s = (t_verify - t_draft) / max(1, len(decoding) + len(prefilling))
+        for r in decoding:
+            k = 1 + len(r.draft)
+            self._verify(r, logits[row : row + k])
+            row += k
+        for r, n in prefilling:
+            r.prefilled += n
+            eng.metrics.prefill_seconds.labels(r.agent_label).inc(share_s)
+            if r.prefilled >= len(r.prompt) - 1:
+                self._begin_decoding(r)
+        if decoding:
+            per = (t_decode - t_draft) / len(decoding)
+            ver = (t_verify - t_decode) / (len(decoding) + len(prefilling))
+            for r in decoding:
+                eng.metrics.draft_seconds.labels(r.agent_label).inc(per)
+                eng.metrics.verify_seconds.labels(r.agent_label).inc(ver)
+                eng.metrics.verify_steps.labels(r.agent_label).inc()
+
+    def _draft(self, decoding: list[_Running]) -> None:
+        """Every decoding request's next draft, the AgSpec calls in one `step_batch`."""
+        cfg = self.engine.config
+        batched: list[_Running] = []
+        caps: list[int] = []
+        for r in decoding:
+            room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1
+            want = max(0, min(cfg.num_draft_tokens, r.max_new - len(r.tokens) - 1, room))
+            r.draft = []
+            if r.call is None:
+                continue
+            if _is_agspec_call(r.call):
+                batched.append(r)
+                caps.append(want)
+                continue
+            if r.committed:
+                r.call.accept(r.committed)
+            r.committed = None
+            if want > 0:
+                r.draft = [int(t) for t in r.call.propose(want)][:want]
+                r.source = str(getattr(r.call, "last_source", None) or "other")
+        if batched:
+            from agspec.drafter.batch import step_batch
+
+            drafts = step_batch(
+                [r.call for r in batched],
+                [r.committed for r in batched],
+                caps,
+                batch_size=len(decoding),
+            )
+            for r, d, k in zip(batched, drafts, caps):
+                r.committed = None
+                r.draft = [int(t) for t in d][:k]
+                r.source = str(r.call.last_source or "other") if r.draft else "other"
+
+    def _verify(self, r: _Running, rows: np.ndarray) -> None:
+        draft = r.draft
+        if r.sampling is None:
+            chosen = rows.argmax(axis=1)
+            accepted = 0
+            while accepted < len(draft) and int(chosen[accepted]) == draft[accepted]:
+                accepted += 1
+            committed = [*draft[:accepted], int(chosen[accepted])]
+        else:
+            assert r.rng is not None
+            committed = []
+            for i in range(len(rows)):
+                token = r.sampling.sample(rows[i], r.rng)
+                committed.append(token)
+                if i >= len(draft) or token != draft[i]:
+                    break
+            accepted = len(committed) - 1
+        base = len(self.decoder.cached[r.slot]) - len(rows)
+        # KV keeps the pending token and the accepted draft; the bonus is pending now.
+        self.decoder.keep(r.slot, base + 1 + accepted)
+        stop = None
+        eos = self.engine.eog
+        for i, token in enumerate(committed):
+            if token in eos:
+                committed, stop = committed[: i + 1], "eos"
+                break
+        if len(r.tokens) + len(committed) > r.max_new:
+            committed = committed[: r.max_new - len(r.tokens)]
+        r.tokens.extend(committed)
+        r.pending = committed[-1]
+        acc = min(accepted, len(committed))
+        r.steps.append((len(draft), acc, len(committed)))
+        if draft:
+            m = self.engine.metrics
+            row = r.by_source.setdefault(r.source, [0, 0])
+            row[0] += len(draft)
+            row[1] += acc
+            m.drafted.labels(r.agent_label, r.source).inc(len(draft))
+            m.accepted.labels(r.agent_label, r.source).inc(acc)
+        r.committed = committed
+        r.text.add(committed)
+        if r.job.stream:
+            delta = r.text.pending()
+            if delta:
+                from agspec.serve.engine import Delta
+
+                r.job.emit(Delta(delta))
+        room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1
+        if stop is not None:
+            r.stopped_by = stop
+        elif r.text.done:
+            r.stopped_by = "stop_string"
+        elif len(r.tokens) >= r.max_new:
+            r.stopped_by = "length"
+        elif room < 0:
+            r.stopped_by = "context"
+        else:
+            return
+        self._finish(r)
+
+    # --- leaving a slot -------------------------------------------------------------------
+
+    def _release(self, r: _Running) -> None:
+        """Free the slot at once (its KV stays: the next call of the session reuses it);
+        end the drafter call, handing it the last committed tokens first."""
+        if r.call is not None and r.decoding:
+            if r.committed:
+                r.call.accept(r.committed)
+            r.call.end()
+        elif r.call is not None:
+            # Never begun (still prefilling): nothing to hand over.
+            end = getattr(r.call, "end", None)
+            if end is not None and _is_agspec_call(r.call) and r.call._begun:
+                end()
+        r.committed = None
+        # The slot's KV stays: every cached token was evaluated by this request (the
+        # prompt, or the part prefilled so far, and the committed tokens but the last).
+        self.slots[r.slot] = None
+        self._last_used[r.slot] = time.monotonic()
+        eng = self.engine
+        eng.metrics.running.set(self.num_running)
+        eng.running = self.num_running
+        eng._recent_s.append(time.monotonic() - r.started)
+
+    def _end_early(self, r: _Running, why: str) -> None:
+        eng = self.engine
+        from agspec.serve.engine import Finished
+
+        self._release(r)
+        self._count(r)
+        if why == "cancelled":
+            eng.metrics.cancelled.labels("disconnected").inc()
+            r.job.emit(Finished(r.text.text, "cancelled", len(r.prompt), r.text.num_tokens, {}))
+        elif why == "timeout":
+            eng.metrics.cancelled.labels("timeout").inc()
+            what = (
+                f"after {len(r.tokens)} generated tokens"
+                if r.decoding
+                else f"during prefill ({r.prefilled} of {len(r.prompt)} prompt tokens done)"
+            )
+            r.job.emit(eng._failed(_timeout_error(r.job, what)))
+        else:
+            r.job.emit(
+                eng._failed(
+                    APIError(
+                        503,
+                        "the server shut down during generation",
+                        type="server_error",
+                        code="shutting_down",
+                    )
+                )  # fmt: skip
+            )
+
+    def _fail(self, r: _Running, err: APIError) -> None:
+        self.slots[r.slot] = None
+        self.engine.metrics.running.set(self.num_running)
+        self.engine.running = self.num_running
+        r.job.emit(self.engine._failed(err))
+
+    def _count(self, r: _Running) -> None:
+        m = self.engine.metrics
+        m.prompt_tokens.labels(r.agent_label).inc(len(r.prompt))
+        m.completion_tokens.labels(r.agent_label).inc(r.text.num_tokens)
+
+    def _finish(self, r: _Running) -> None:
+        eng = self.engine
+        self._release(r)
+        self._count(r)
+        end = time.monotonic()
+        prefill_ms = (r.prefill_done - r.started) * 1000.0
+        total_ms = (end - r.started) * 1000.0
+        finish = "stop" if r.text.done else "length"
+        spec = speculative_decoding_metrics(
+            [(d, a) for d, a, _ in r.steps], num_draft_tokens=eng.config.num_draft_tokens
+        )
+        eng._complete(
+            r.job,
+            text=r.text,
+            finish=finish,
+            sid=r.sid,
+            turn=r.turn,
+            max_new=r.max_new,
+            steps=r.steps,
+            by_source=r.by_source,
+            reused=r.reused,
+            tokens=r.tokens,
+            stopped_by=r.stopped_by,
+            prefill_ms=prefill_ms,
+            total_ms=total_ms,
+            queued_ms=(r.started - r.job.submitted) * 1000.0,
+            speculative_decoding=spec,
+        )
+
+
+def _is_agspec_call(call: Any) -> bool:
+    from agspec.drafter.call import AgSpecCall
+
+    return isinstance(call, AgSpecCall)
+
+
+def retry_after_s(recent_s: Sequence[float], waiting: int, slots: int) -> int:
+    """Seconds a refused client should wait: the recent mean request time times the
+    queue's length in rounds of `slots` requests (at least 1)."""
+    mean = sum(recent_s) / len(recent_s) if recent_s else 1.0
+    return max(1, math.ceil(mean * (waiting // max(1, slots) + 1)))

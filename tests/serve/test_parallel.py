@@ -1,0 +1,304 @@
+"""`agspec serve --parallel N`: continuous batching, through the real `openai` client
+against real server processes (SmolLM2-135M, one thread each).
+
+Oracles: every answer of N clients at once equals what the same request gets alone from
+a `--parallel 1 --drafter none` server, token for token, or parts from it only at a
+near-tie (the two candidates' one-token logits within `NEAR_TIE_LOGITS`, computed
+in-process), as tests/serve/test_api.py checks drafting. Slot release, queueing and
+refusals are synchronised on server events (answers, /health, /metrics), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
+pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
+openai = pytest.importorskip("openai", reason="the serve tests drive the server with `openai`")
+try:
+    import httpx
+except ImportError:
+    httpx = pytest.importorskip("httpx2", reason="the openai client brings httpx")
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+from agspec.models import ModelFileError, resolve_model  # noqa: E402
+from agspec.serve.launch import ServerProcess  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+NEAR_TIE_LOGITS = 0.5  # as tests/serve/test_api.py
+MAX_TOKENS = 24
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / "src" / "agspec" / "data" / "traces"
+COST_PROFILE = ROOT / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
+IDS = {"X-AgSpec-Return-Ids": "1"}
+LONG = [{"role": "user", "content": "Write a very long story about a dragon, at least 1500 words."}]
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    try:
+        return Path(resolve_model(MODEL))
+    except (ModelFileError, FileNotFoundError, KeyError) as exc:
+        pytest.skip(f"SmolLM2 GGUF not available ({exc}); agspec models fetch {MODEL}")
+
+
+def _start(args: list[str]) -> ServerProcess:
+    base = ["--model", MODEL, "--threads", "1", "--n-ctx", "2048", "--max-queue", "64"]
+    return ServerProcess(base + args).start()
+
+
+@pytest.fixture(scope="module")
+def servers(model_path):
+    """(reference: --parallel 1 --drafter none, plain: --parallel 4 --drafter none,
+    spec: --parallel 4 with the default drafter)."""
+    started: list[ServerProcess] = []
+    try:
+        for args in (
+            ["--parallel", "1", "--drafter", "none"],
+            ["--parallel", "4", "--drafter", "none"],
+            ["--parallel", "4", "--drafter", "agspec", "--cost-profile", str(COST_PROFILE)],
+        ):
+            started.append(_start(args))
+    except Exception:
+        for s in started:
+            s.stop()
+        raise
+    yield tuple(started)
+    codes = tuple(s.stop() for s in started)
+    assert codes == (0, 0, 0), f"exit codes {codes}"
+
+
+@pytest.fixture(scope="module")
+def llm(model_path):
+    return llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=1,
+                           n_threads_batch=1, seed=0, verbose=False)  # fmt: skip
+
+
+def client(srv: ServerProcess, **kw: Any) -> Any:
+    return openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, **kw)
+
+
+def chat(srv: ServerProcess, messages: list[dict[str, str]], **kw: Any) -> Any:
+    kw.setdefault("max_tokens", MAX_TOKENS)
+    kw.setdefault("temperature", 0)
+    return client(srv).chat.completions.create(model=MODEL, messages=messages, **kw)
+
+
+def agent_messages(count: int) -> list[list[dict[str, str]]]:
+    """Real agent requests from the bundled traces, cut short (system prompt and the last
+    user message)."""
+    from agspec.traces.io import read_sessions
+
+    out = []
+    for session in read_sessions(TRACES / "default.jsonl.gz"):
+        for call in session.calls:
+            system = next((m.content for m in call.messages if m.role == "system"), "")
+            user = [m.content for m in call.messages if m.role == "user"][-1]
+            out.append([
+                {"role": "system", "content": system[:160]},
+                {"role": "user", "content": user[-240:]},
+            ])  # fmt: skip
+    step = max(1, len(out) // count)
+    return out[::step][:count]
+
+
+FLIPS: list[float] = []
+
+
+def same_or_near_tie(llm, prompt: list[int], reference: list[int], got: list[int]) -> bool:
+    """True if equal; False if they part at a near-tie (recorded); fails otherwise."""
+    if got == reference:
+        return True
+    from agspec.adapters.llama_cpp import _eval_batch, prefill
+
+    p = next((i for i, (x, y) in enumerate(zip(reference, got)) if x != y), None)
+    if p is None:
+        p = min(len(reference), len(got))
+        a = reference[p] if p < len(reference) else llm.token_eos()
+        b = got[p] if p < len(got) else llm.token_eos()
+    else:
+        a, b = reference[p], got[p]
+    llm.reset()
+    pending, _ = prefill(llm, prompt + reference[:p], reuse_prefix=False)
+    logits = _eval_batch(llm, [pending], all_logits=False)[0]
+    gap = float(abs(logits[a] - logits[b]))
+    FLIPS.append(gap)
+    assert gap < NEAR_TIE_LOGITS, f"outputs part at token {p}: {a} vs {b}, logit gap {gap:.3f}"
+    return False
+
+
+def concurrently(fn: Any, items: list[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(i, items[i])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    return results
+
+
+def wait_until(cond: Any, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "the server did not get there in time"
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_concurrent_clients_get_what_each_gets_alone(servers, llm) -> None:
+    """8 clients at once on 4 slots (plain and drafting): each answer is the one the
+    request gets alone from a one-slot plain server."""
+    ref_srv, plain, spec = servers
+    prompts = agent_messages(8)
+    refs = [chat(ref_srv, m, extra_headers=IDS).model_extra["agspec"] for m in prompts]
+    equal = total = 0
+    for srv in (plain, spec):
+        got = concurrently(
+            lambda i, m, srv=srv: chat(srv, m, user=f"par-{srv.port}-{i}", extra_headers=IDS),
+            prompts,
+        )
+        for r, g in zip(refs, got):
+            a = g.model_extra["agspec"]
+            assert a["prompt_ids"] == r["prompt_ids"]
+            equal += same_or_near_tie(llm, r["prompt_ids"], r["output_ids"], a["output_ids"])
+            total += 1
+    print(f"\n--parallel 4: {equal} of {total} answers equal to --parallel 1 --drafter none, "
+          f"{total - equal} near-tie flips (gaps {FLIPS})")  # fmt: skip
+
+
+def test_speculative_decoding_metrics_in_vllm_schema(servers) -> None:
+    """The vLLM per-request object agrees with the request's own counts, streamed or not."""
+    _, _, spec = servers
+    ask = [{"role": "user", "content": "Repeat exactly: the quick brown fox jumps over the "
+            "lazy dog. The quick brown fox jumps over the lazy dog."}]  # fmt: skip
+    for _ in range(2):  # the second call drafts from the first one's answer (one session)
+        r = chat(spec, ask, user="metrics-1", max_tokens=40)
+    sd = r.model_extra["metrics"]["speculative_decoding"]
+    a = r.model_extra["agspec"]
+    assert sd["num_draft_tokens"] == a["drafted_tokens"] > 0
+    assert sd["num_accepted_draft_tokens"] == a["accepted_tokens"]
+    assert sum(sd["acceptance_histogram"]) == sd["num_spec_steps"] <= a["steps"]
+    assert sum(k * n for k, n in enumerate(sd["acceptance_histogram"])) == a["accepted_tokens"]
+    assert sd["mean_acceptance_length"] == pytest.approx(
+        1 + a["accepted_tokens"] / sd["num_spec_steps"], abs=1e-4
+    )
+    assert sd["draft_acceptance_rate"] == pytest.approx(
+        a["accepted_tokens"] / a["drafted_tokens"], abs=1e-4
+    )
+    body = {"model": MODEL, "messages": ask, "max_tokens": 40, "temperature": 0,
+            "stream": True, "user": "metrics-1"}  # fmt: skip
+    chunks = []
+    with httpx.Client(timeout=120) as h:
+        with h.stream("POST", f"{spec.base_url}/chat/completions", json=body) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[6:]))
+    assert "metrics" in chunks[-1] and all("metrics" not in c for c in chunks[:-1])
+    streamed = chunks[-1]["metrics"]["speculative_decoding"]
+    assert set(streamed) == set(sd) and streamed["num_spec_steps"] >= 1
+
+
+def test_interleaved_sessions_keep_their_prefix(servers) -> None:
+    """Two sessions sharing a system prompt, called A, B, A, B: each second call finds
+    its first call's tokens in a slot and prefills only what is new."""
+    _, plain, _ = servers
+    system = {"role": "system", "content": "You are a helpful assistant. (prefix test)"}
+    first = {
+        s: [system, {"role": "user", "content": f"Name three {s} animals, one per line."}]
+        for s in ("sea", "desert")
+    }
+    r1 = {s: chat(plain, m, extra_headers=IDS) for s, m in first.items()}
+    r2 = {}
+    for s, m in first.items():
+        answer = r1[s].choices[0].message.content
+        follow = [*m, {"role": "assistant", "content": answer},
+                  {"role": "user", "content": "And one more?"}]  # fmt: skip
+        r2[s] = chat(plain, follow, extra_headers=IDS)
+    for s in first:
+        n1 = len(r1[s].model_extra["agspec"]["prompt_ids"])
+        assert r2[s].model_extra["agspec"]["reused_prompt_tokens"] >= n1 - 1, s
+
+
+@pytest.fixture
+def two_slots(model_path):
+    srv = _start(["--parallel", "2", "--drafter", "none", "--queue-timeout", "3"])
+    yield srv
+    assert srv.stop() == 0
+
+
+def _open_stream(srv: ServerProcess, h: Any, messages: list[dict[str, str]]) -> Any:
+    body = {"model": MODEL, "messages": messages, "max_tokens": 1500, "temperature": 0,
+            "stream": True}  # fmt: skip
+    resp = h.send(h.build_request("POST", f"{srv.base_url}/chat/completions", json=body),
+                  stream=True)  # fmt: skip
+    assert resp.status_code == 200
+    lines = resp.iter_lines()
+    for line in lines:  # the first content chunk: the request holds a slot and decodes
+        if line.startswith("data: ") and '"content":"' in line and '"content":""' not in line:
+            break
+    # The line iterator stays referenced with the response: dropping it mid-body would
+    # close the stream (a disconnect) when it is collected.
+    resp.lines_left = lines
+    return resp
+
+
+def test_a_disconnect_frees_its_slot_for_a_waiting_request(two_slots) -> None:
+    """Both slots decode long answers; a third request waits; one client goes away:
+    the waiting request gets its slot and is answered while the other long answer is
+    still being written (nothing one client does stalls the others)."""
+    srv = two_slots
+    before = srv.metrics().get('agspec_cancelled_total{reason="disconnected"}', 0)
+    with httpx.Client(timeout=120) as h1, httpx.Client(timeout=120) as h2:
+        s1 = _open_stream(srv, h1, LONG)
+        s2 = _open_stream(srv, h2, LONG)
+        assert srv.get_json("/health")["running"] == 2
+        done: list[Any] = []
+        waiter = threading.Thread(
+            target=lambda: done.append(chat(srv, [{"role": "user", "content": "Say hi."}]))
+        )
+        waiter.start()
+        wait_until(lambda: srv.get_json("/health")["queue_depth"] == 1)
+        s1.close()  # the first client goes away
+        waiter.join(timeout=120)
+        assert done and done[0].choices[0].finish_reason in ("stop", "length")
+        # The other long answer was never interrupted: it still holds its slot.
+        assert srv.get_json("/health")["running"] >= 1
+        s2.close()
+    wait_until(lambda: srv.get_json("/health")["running"] == 0)
+    after = srv.metrics()['agspec_cancelled_total{reason="disconnected"}']
+    assert after == before + 2
+
+
+def test_no_slot_within_the_queue_timeout_gets_503(two_slots) -> None:
+    srv = two_slots
+    with httpx.Client(timeout=120) as h1, httpx.Client(timeout=120) as h2:
+        s1 = _open_stream(srv, h1, LONG)
+        s2 = _open_stream(srv, h2, LONG)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4}  # fmt: skip
+        r = httpx.post(f"{srv.base_url}/chat/completions", json=body, timeout=60)
+        s1.close()
+        s2.close()
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["code"] == "no_free_slot" and "--queue-timeout" in err["message"]
+    assert int(r.headers["Retry-After"]) >= 1
+    wait_until(lambda: srv.get_json("/health")["running"] == 0)
+    assert chat(srv, [{"role": "user", "content": "Say hi."}], max_tokens=4).choices
