@@ -44,6 +44,7 @@ from agspec.drafter.factory import DrafterContext, DrafterFactory
 from agspec.drafter.replay import replay_factory
 from agspec.drafter.variants import VARIANTS
 from agspec.index.engines import ENGINES
+from agspec.lab.greedy import greedy_replay
 from agspec.lab.records import ReplayCall, ReplaySession
 from agspec.lab.registry import DRAFTERS
 from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
@@ -102,22 +103,11 @@ def replay_session(server: Any, session: ReplaySession, max_draft: int) -> dict[
         d = sess.call(call.agent, call.role, call.turn)
         d.begin(call.prompt_ids)
         ns += time.thread_time_ns() - t0
-        pos = 0
-        while pos < len(out):
-            t0 = time.thread_time_ns()
-            draft = d.propose(max_draft)
-            t1 = time.thread_time_ns()
-            a = 0
-            while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
-                a += 1
-            committed = out[pos : pos + a + 1]
-            t2 = time.thread_time_ns()
-            d.accept(committed)
-            ns += (t1 - t0) + (time.thread_time_ns() - t2)
-            pos += len(committed)
-            steps += 1
-            accepted += a
-            drafted += len(draft)
+        g = greedy_replay(d, out, max_draft, clock=time.thread_time_ns)
+        ns += int(g.propose_time + g.accept_time)
+        steps += g.steps
+        accepted += g.accepted_tokens
+        drafted += g.drafted_tokens
         t0 = time.thread_time_ns()
         d.end()
         ns += time.thread_time_ns() - t0

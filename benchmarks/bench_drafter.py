@@ -25,6 +25,7 @@ from devtraces import DIRS, dev_sessions, global_docs
 from agspec.baselines.registry import make_family
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
+from agspec.lab.greedy import greedy_replay
 from agspec.policy.costmodel import break_even_accept_prob, get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import render_call
@@ -54,26 +55,13 @@ def replay(server, sessions, tok, max_draft: int, phases: dict[str, int] | None 
             total_ns += t2 - t0
             ph["artifacts"] += t1 - t0
             ph["begin"] += t2 - t1
-            pos = 0
-            while pos < len(out):
-                t0 = time.perf_counter_ns()
-                draft = d.propose(max_draft)
-                t1 = time.perf_counter_ns()
-                a = 0
-                while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
-                    a += 1
-                commit = out[pos : pos + a + 1]
-                t2 = time.perf_counter_ns()
-                d.accept(commit)
-                t3 = time.perf_counter_ns()
-                step = (t1 - t0) + (t3 - t2)
-                steps_us.append(step / 1e3)
-                total_ns += step
-                ph["propose"] += t1 - t0
-                ph["accept"] += t3 - t2
-                pos += len(commit)
-                accepted += a
-                n_steps += 1
+            g = greedy_replay(d, out, max_draft, clock=time.perf_counter_ns)
+            steps_us += [step / 1e3 for step in g.step_times]
+            total_ns += int(g.propose_time + g.accept_time)
+            ph["propose"] += int(g.propose_time)
+            ph["accept"] += int(g.accept_time)
+            accepted += g.accepted_tokens
+            n_steps += g.steps
             t0 = time.perf_counter_ns()
             d.end()
             t1 = time.perf_counter_ns()

@@ -1,6 +1,6 @@
 """A frozen index's frequent picks against the same index live, on real text.
 
-Builds the 10M-token global corpus of `bench_b1_any_tree.py` (the swe-agent dev sessions
+Builds a 10M-token global corpus (`devtraces.global_docs`: the swe-agent dev sessions
 after the first 20, repeated to the size) twice: frozen (`freeze()` builds every state's
 `frequent` pick at 32 occurrences) and live (each query computes its pick). Then, at
 sampled positions of the first 20 sessions' outputs, a cursor fed the 64 tokens before

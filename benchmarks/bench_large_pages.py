@@ -1,6 +1,6 @@
 """The index's large arrays on 2 MB pages against 4 KB pages, in one process.
 
-Builds the 10M-token global corpus of `bench_b1_any_tree.py` twice, frozen (as a served
+Builds a 10M-token global corpus (`devtraces.global_docs`) twice, frozen (as a served
 global is): once with its large arrays advised for 2 MB pages (cpp/index/large_pages.h)
 and once without (`_native.set_large_pages(False)` while it is built). Then, at sampled
 positions of the first 20 sessions' outputs, the two in turn at each position: a cursor

@@ -156,15 +156,6 @@ def first_difference(reference: list[int], got: list[int]) -> int | None:
     return None
 
 
-def logit_gap(llm: Any, prompt: list[int], prefix: list[int], a: int, b: int) -> float:
-    """|logit(a) - logit(b)| for the token after prompt + prefix, one-token decode."""
-    from agspec.adapters.llama_cpp import _eval_batch, prefill
-
-    pending, _ = prefill(llm, prompt + prefix, reuse_prefix=True)
-    logits = _eval_batch(llm, [pending], all_logits=False)[0]
-    return float(abs(logits[a] - logits[b]))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -193,7 +184,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    from agspec.adapters.llama_cpp import AgSpecLlamaDraftModel, generate, import_llama_cpp, prefill
+    from agspec.adapters.llama_cpp import (
+        AgSpecLlamaDraftModel,
+        generate,
+        import_llama_cpp,
+        logit_gap,
+        prefill,
+    )
     from agspec.lab.registry import make_server
     from agspec.models import resolve_model
     from agspec.tokenizers import get_tokenizer

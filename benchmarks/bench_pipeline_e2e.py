@@ -26,8 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_live_llama_cpp import logit_gap  # noqa: E402
+from agspec.adapters.llama_cpp import logit_gap
 
 
 def _live(path: Path) -> dict[str, dict[str, Any]]:

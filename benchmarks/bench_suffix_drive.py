@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from arctic_inference.suffix_decoding import SuffixDecodingCache
 
     from agspec.baselines.registry import make_family
+    from agspec.drafter.protocol import greedy_commit
     from agspec.lab.run import fold_of, global_docs_by_fold, load_sessions
     from agspec.tokenizers import get_tokenizer
 
@@ -68,11 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     def greedy(draft: list[int], out: list[int], pos: int) -> int:
-        rest = len(out) - pos
-        acc = 0
-        while acc < min(len(draft), rest) and draft[acc] == out[pos + acc]:
-            acc += 1
-        return acc if acc == rest else acc + 1
+        """How many tokens a greedy verifier commits at `pos` (agspec's one accept rule)."""
+        return len(greedy_commit(draft, out, pos)[1])
 
     def run_lab(s: Any) -> None:
         d = "suffix-64"

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from agspec.adapters.vllm import workload as vllm_common  # noqa: E402
+from agspec.adapters.vllm import workload as vllm_common
+from agspec.drafter.protocol import greedy_commit
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "src" / "agspec" / "data" / "tasks"
@@ -396,15 +397,13 @@ def proposer_cpu(
         for row, draft in enumerate(drafts):
             s = state[row]
             out, pos = s["out"], s["pos"]
-            a = 0
-            while a < len(draft) and pos + a < len(out) and draft[a] == out[pos + a]:
-                a += 1
+            a, committed = greedy_commit(draft, out, pos)
             drafted += len(draft)
             accepted += a
             if pos + a >= len(out):  # finished: the row gets the next call
                 start(row)
                 continue
-            commit = [int(x) for x in out[pos : pos + a + 1]]
+            commit = [int(x) for x in committed]
             n = int(ib.num_tokens_no_spec[row])
             ib.token_ids_cpu[row, n : n + len(commit)] = commit
             ib.num_tokens_no_spec[row] = n + len(commit)

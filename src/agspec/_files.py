@@ -56,7 +56,8 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path to write; renamed over `path` when the block ends without error.
 
     The caller opens and closes the temporary path itself (any writer: `open`, gzip,
-    pyarrow, a native `save`). The folder must exist.
+    pyarrow, a native `save`). The target's folder is created when missing (as for
+    `atomic_write_text`: every command's output rule, `agspec replay -o` included).
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
@@ -69,8 +70,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     if target.is_dir():
         raise IsADirectoryError(f"output {target} is a folder; give a file path")
     folder = target.parent
-    if not folder.is_dir():
-        raise FileNotFoundError(f"output folder {folder} does not exist")
+    folder.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(target)
     fd, name = tempfile.mkstemp(prefix=_tmp_prefix(target.name), suffix=".tmp", dir=folder)
     os.close(fd)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -419,3 +420,153 @@ def test_gzip_output_of_import_is_whole(tmp_path: Path) -> None:
     assert main(args) == 0
     with gzip.open(out, "rt") as f:
         assert len(f.read().splitlines()) == 1
+
+
+# -- the front door: help, version, early checks, hints, one output rule --------------
+
+
+def _commands() -> list[tuple[str, Any]]:
+    from agspec.cli import build_parser, subcommands
+
+    return [(path, p) for path, p in subcommands(build_parser()) if path.split(" ")[0] != "serve"]
+
+
+def test_every_command_shows_an_example_that_parses() -> None:
+    """The oracle is argparse itself: each command's example is accepted by the real
+    parser and names that command (`agspec serve` has its own)."""
+    import shlex
+
+    from agspec.cli import EXAMPLES, build_parser
+
+    commands = _commands()
+    assert {path for path, _ in commands} == set(EXAMPLES)
+    for path, parser in commands:
+        help_text = parser.format_help()
+        lines = EXAMPLES[path].splitlines()
+        assert all(f"\n  {line}" in help_text for line in lines), (path, help_text)
+        for line in lines:
+            argv = shlex.split(line)[1:]
+            assert " ".join(argv).startswith(path), (path, line)
+            build_parser().parse_args(argv)  # SystemExit (a usage error) fails the test
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    import agspec
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"agspec {agspec.__version__}"
+    assert agspec.__version__ == version("agspec")
+
+
+def test_replay_checks_its_cost_model_before_loading_traces(tmp_path, monkeypatch, capsys):
+    import agspec.lab.run
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the traces were loaded before the arguments were checked")
+
+    monkeypatch.setattr(agspec.lab.run, "load_sessions", no_load)
+    traces = FIXTURES.parent / "traces" / "chatdev_small.log"  # never read
+    out = tmp_path / "run"
+    argv = ["replay", str(traces), "--cost-model", "h200-nope", "-o", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "unknown cost model 'h200-nope'" in err and "h200-qwen2.5-32b" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size must be ints >= 1"),
+        (["--max-tokens", "0"], "--max-tokens an int >= 1"),
+        (["--cost-model", "h200-nope"], "unknown cost model 'h200-nope'"),
+    ],
+)
+def test_profile_checks_its_arguments_before_the_tokenizer(
+    tmp_path, monkeypatch, capsys, extra, message
+):
+    import agspec.tokenizers
+
+    def no_tokenizer(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the tokenizer was loaded before the arguments were checked")
+
+    monkeypatch.setattr(agspec.tokenizers, "get_tokenizer", no_tokenizer)
+    traces = tmp_path / "t.jsonl"
+    write_sessions([_session("a")], traces)
+    assert main(["profile", str(traces), "-o", str(tmp_path / "caps.json"), *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_check_of_a_raw_agent_file_says_import_it_first(tmp_path: Path, capsys) -> None:
+    raw = tmp_path / "django-1.traj.json"
+    shutil.copy(FIXTURES / "mini_swe_agent_small.traj.json.fixture", raw)
+    assert main(["traces", "check", str(raw)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"{raw}: a raw mini-swe-agent file, not AgSpec traces; import it first: "
+        f"agspec traces import mini-swe-agent {raw} -o traces.jsonl"
+    ]
+    # What the hint says works, and the imported file passes the check.
+    out = tmp_path / "traces.jsonl"
+    assert main(["traces", "import", "mini-swe-agent", str(raw), "-o", str(out)]) == 0
+    assert main(["traces", "check", str(out)]) == 0
+
+
+def test_an_agspec_file_with_bad_lines_still_lists_them(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"not": "a session"}\n', encoding="utf-8")
+    assert main(["traces", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "import it first" not in err and "t.jsonl:1" in err, err
+
+
+def test_an_optional_engine_missing_is_one_line_naming_the_install(tmp_path, capsys):
+    from guards import missing_engine
+
+    from agspec.adapters.vllm import main as vllm_main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    with pytest.raises(SystemExit) as info:  # the arguments are checked first
+        vllm_main(["profile", str(model), "--out", str(tmp_path / "p.json"), "--batch-sizes", "0"])
+    assert info.value.code == 2 and "--batch-sizes" in capsys.readouterr().err
+    if missing_engine("vllm") is None:
+        pytest.skip("vLLM is installed here: nothing is missing")
+    with pytest.raises(SystemExit) as info:
+        vllm_main(["profile", str(model), "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and "Traceback" not in err
+    assert err.count("\n") == 1 and "scripts/install_vllm.sh" in err and "pip install" in err
+
+
+def test_a_missing_llama_cpp_is_one_line(monkeypatch, capsys) -> None:
+    import agspec.adapters.llama_cpp as adapter
+
+    def absent() -> None:
+        raise ImportError("the llama.cpp adapter needs llama-cpp-python==0.3.36; build it")
+
+    monkeypatch.setattr(adapter, "import_llama_cpp", absent)
+    argv = ["costmodel", "measure", "--model", "smollm2", "-o", "/nonexistent/x.json"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    want = "the llama.cpp adapter needs llama-cpp-python==0.3.36; build it"
+    assert err == f"agspec costmodel: error: {want}\n"
+
+
+def test_every_command_creates_a_missing_output_folder(tmp_path: Path) -> None:
+    """`index build` and `traces import` create the folders of their output as `replay`
+    creates its run folder."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("def f():\n    return 1\n", encoding="utf-8")
+    index = tmp_path / "new" / "deeper" / "a.agidx"
+    assert main(["index", "build", str(src), "-o", str(index), "--quiet"]) == 0
+    assert index.is_file()
+    traces = tmp_path / "other" / "t.jsonl"
+    argv = ["traces", "import", "chatdev", str(FIXTURES / "chatdev_small.log"), "-o", str(traces)]
+    assert main([*argv, "--no-progress"]) == 0
+    assert read_sessions(traces)

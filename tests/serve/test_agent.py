@@ -1,5 +1,6 @@
 """mini-swe-agent (unmodified, its own virtualenv) against `agspec serve`, and the
-benchmark's bookkeeping (`benchmarks/bench_serve_agent.py`) on hand-made exchanges.
+benchmark's bookkeeping (`agspec.pipeline.agent_bench`, which
+`benchmarks/bench_serve_agent.py` runs) on hand-made exchanges.
 
 The agent test needs the agent's virtualenv (`scripts/install_agent.sh`), llama-cpp-python,
 `agspec serve` and the SmolLM2 model; it skips with a message when one is missing. It runs
@@ -13,16 +14,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import bench_serve_agent as bench  # noqa: E402
+from agspec.pipeline import agent_bench as bench
 
 AGENT_VENV = (
     Path(os.environ.get("AGSPEC_CACHE", Path.home() / ".cache" / "agspec"))

@@ -550,3 +550,12 @@ def measure_cost_profile(
         "context_tokens": context_tokens,
         "batch_sizes": {"1": {"n_tokens": n_tokens, "step_ms": step_ms}},
     }
+
+
+def logit_gap(llm: Any, prompt: list[int], prefix: list[int], a: int, b: int) -> float:
+    """|logit(a) - logit(b)| for the token after prompt + prefix, by one-token decoding:
+    how near a tie two candidate tokens were (a small gap: a flip between the batched
+    verify pass and one-token decoding)."""
+    pending, _ = prefill(llm, prompt + prefix, reuse_prefix=True)
+    logits = _eval_batch(llm, [pending], all_logits=False)[0]
+    return float(abs(logits[a] - logits[b]))

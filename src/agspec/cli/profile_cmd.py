@@ -47,12 +47,19 @@ def _run(args: argparse.Namespace) -> int:
     from agspec.tokenizers import get_tokenizer
     from agspec.traces import read_sessions
 
+    # Every argument is checked before the slow work (the tokenizer, the traces).
     for t in args.traces:
         if not t.is_file():
             raise FileNotFoundError(f"no trace file {t}")
+    bad = [b for b in args.batch_size if b < 1]
+    if bad or args.max_tokens < 1:
+        raise ValueError(
+            f"--batch-size must be ints >= 1 and --max-tokens an int >= 1, got "
+            f"{args.batch_size} and {args.max_tokens}"
+        )
     check_not_input(args.out, args.traces)
-    tok = get_tokenizer(args.tokenizer)
     cm = _load_cost_model(args.cost_model, args.context_tokens)
+    tok = get_tokenizer(args.tokenizer)
     sessions = [s for t in args.traces for s in read_sessions(t)]
     with tqdm(total=len(sessions), unit="session", file=sys.stderr, desc="profile") as bar:
         caps = profile_caps(

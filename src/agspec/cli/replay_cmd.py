@@ -123,7 +123,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _replay(args: argparse.Namespace) -> int:
     from agspec.lab.registry import drafter_names
     from agspec.lab.report import format_table
-    from agspec.lab.run import RunConfig, load_sessions, mark_run_complete, run_replay
+    from agspec.lab.run import (
+        RunConfig,
+        load_sessions,
+        mark_run_complete,
+        resolve_cost_model,
+        run_replay,
+    )
     from agspec.tokenizers import get_tokenizer
 
     drafters = tuple(args.drafters) if args.drafters else tuple(drafter_names())
@@ -145,6 +151,9 @@ def _replay(args: argparse.Namespace) -> int:
         steady_state=args.steady_state,
         extra={"caps": args.caps} if args.caps else {},
     )
+    # Every argument is checked before the traces load: a misspelt cost model fails at once
+    # and leaves no run folder.
+    resolve_cost_model(args.cost_model, context_tokens=1024)
     caps = None
     if args.caps:
         from agspec.policy.caps import ProfiledCap

@@ -145,11 +145,27 @@ def _check(args: argparse.Namespace) -> int:
                 )
                 continue
             n_ok += 1
-        for e in errors:
-            print(e, file=sys.stderr)
+        fmt = _raw_format(f) if errors and not n_ok else None
+        if fmt is not None:
+            # A scaffold's own file, not AgSpec traces: one line, not an error per line.
+            print(
+                f"{f}: a raw {fmt} file, not AgSpec traces; import it first: "
+                f"agspec traces import {fmt} {f} -o traces.jsonl",
+                file=sys.stderr,
+            )
+            errors = [f"{f}: not AgSpec traces"]
+        else:
+            for e in errors:
+                print(e, file=sys.stderr)
         bad += len(errors)
         print(f"{f}: {n_ok} sessions ok, {len(errors)} errors")
     return 1 if bad else 0
+
+
+def _raw_format(path: str) -> str | None:
+    """The importer whose files are named like `path` (`x.traj.json`: mini-swe-agent)."""
+    by_suffix = sorted(IMPORTERS, key=lambda name: -len(IMPORTERS.get(name).suffix))
+    return next((n for n in by_suffix if path.endswith(IMPORTERS.get(n).suffix)), None)
 
 
 def _stats(args: argparse.Namespace) -> int:

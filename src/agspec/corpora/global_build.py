@@ -137,8 +137,6 @@ def build_index(
     out = Path(output)
     if out.is_dir():
         raise IsADirectoryError(f"output {out} is a folder; give a file path")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} does not exist")
     # A file given by name is an input, never an output to overwrite; an earlier build's
     # output found inside an indexed folder is not a source file.
     check_not_input(out, [r for r in roots if Path(r).is_file()])

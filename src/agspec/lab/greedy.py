@@ -1,11 +1,19 @@
-"""A recorded session replayed through AgSpec with the greedy accept rule, call by call,
-as a live loop drives a drafter: the accept length of every step.
-
-The lab's simulator replays many sessions at once under a cost model; this is the plain
-loop, for checking a replay against a live record (`agspec record`'s sidecar) step for
-step. Each step proposes, commits what `greedy_commit` says a greedy verifier commits
+"""The plain greedy replay loop: a drafter stepped through a recorded output, one request
+at a time. Each step proposes, commits what `greedy_commit` says a greedy verifier commits
 (the accepted prefix plus the model's own next token, none past the end of the output),
 and feeds that back.
+
+The lab's simulator replays many sessions at once under a cost model; this is the loop
+the benchmarks time (`greedy_replay`: one call, its steps counted and optionally timed)
+and the one that checks a replay against a live record (`replay_live_record`: a session
+against `agspec record`'s sidecar, step for step).
+
+>>> from agspec.baselines.pld import PromptLookupDrafter
+>>> d = PromptLookupDrafter()
+>>> d.begin([1, 2, 3, 4, 9, 1, 2])
+>>> stats = greedy_replay(d, [3, 4, 5], 8)  # drafts [3, 4, 9, 1, 2]: 2 accepted, then 5
+>>> stats.steps, stats.accepted_tokens, stats.drafted_tokens
+(1, 2, 5)
 
 >>> from agspec.traces.schema import Call, Message, Session
 >>> text = "def add(a, b):\\n    return a + b\\n"
@@ -18,15 +26,70 @@ and feeds that back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from agspec.drafter import AgSpecServer
-from agspec.drafter.protocol import greedy_commit
+from agspec.drafter.protocol import CallDrafter, greedy_commit
 from agspec.traces import render_call
 from agspec.traces.schema import Session
 
-__all__ = ["replay_live_record"]
+__all__ = ["GreedyStats", "greedy_replay", "replay_live_record"]
+
+
+@dataclass
+class GreedyStats:
+    """What `greedy_replay` counted (summed over the calls it was given)."""
+
+    steps: int = 0
+    accepted_tokens: int = 0  # accept length summed (the bonus tokens excluded)
+    drafted_tokens: int = 0
+    output_tokens: int = 0
+    # With a clock: the time in propose and in accept, and each step's propose + accept,
+    # in the clock's unit.
+    propose_time: float = 0
+    accept_time: float = 0
+    step_times: list[float] = field(default_factory=list)
+
+
+def greedy_replay(
+    drafter: CallDrafter,
+    output_ids: Sequence[int],
+    max_draft_tokens: int,
+    stats: GreedyStats | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+) -> GreedyStats:
+    """Steps a begun `drafter` through `output_ids` (it does not end it): at every step
+    `propose(max_draft_tokens)`, then `accept` of what `greedy_commit` commits. Counts
+    into `stats` (a new one by default) and returns it; with `clock` (e.g.
+    `time.perf_counter_ns`), also times each step's propose and accept (not the commit
+    rule between them)."""
+    stats = GreedyStats() if stats is None else stats
+    pos, end = 0, len(output_ids)
+    while pos < end:
+        if clock is None:
+            draft = drafter.propose(max_draft_tokens)
+            accepted, committed = greedy_commit(draft, output_ids, pos)
+            drafter.accept(committed)
+        else:
+            t0 = clock()
+            draft = drafter.propose(max_draft_tokens)
+            t1 = clock()
+            accepted, committed = greedy_commit(draft, output_ids, pos)
+            t2 = clock()
+            drafter.accept(committed)
+            t3 = clock()
+            stats.propose_time += t1 - t0
+            stats.accept_time += t3 - t2
+            stats.step_times.append((t1 - t0) + (t3 - t2))
+        pos += len(committed)
+        stats.steps += 1
+        stats.accepted_tokens += accepted
+        stats.drafted_tokens += len(draft)
+    stats.output_tokens += end
+    return stats
 
 
 def replay_live_record(

@@ -76,13 +76,44 @@ def speculative_config(num_speculative_tokens: int = 16, **options: Any) -> dict
     }
 
 
+def _ints(parser: argparse.ArgumentParser, option: str, text: str, least: int) -> list[int]:
+    """`"1,8"` -> [1, 8] (each >= least); anything else is a usage error naming the option."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < least:
+        parser.error(f"{option}: expected comma-separated ints >= {least}, got {text!r}")
+    return values
+
+
+def _vllm_missing() -> str | None:
+    """None when vLLM imports here, else why not and how to install it."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install (a torch mismatch)
+        return (
+            f"vLLM is not importable in this interpreter ({type(exc).__name__}: {exc}); "
+            "install it with `pip install vllm` (GPU), or its CPU build in a virtualenv "
+            "of its own with `bash scripts/install_vllm.sh`, and run this command with "
+            "that interpreter"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m agspec.adapters.vllm",
         description="Print the JSON for `vllm serve --speculative-config` that runs AgSpec.",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("config", help="print the speculative config as JSON")
+    c = sub.add_parser(
+        "config",
+        help="print the speculative config as JSON",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example: vllm serve MODEL --speculative-config "
+        '"$(python -m agspec.adapters.vllm config 16 --cost-profile profile.json)"',
+    )
     c.add_argument("num_speculative_tokens", type=int, nargs="?", default=16)
     c.add_argument("--variant", default="agspec")
     c.add_argument("--global-corpus", default=None, help="index file from `agspec index build`")
@@ -92,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser(
         "profile",
         help="measure this engine's cost profile (step time per verified tokens) with vLLM",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example: python -m agspec.adapters.vllm profile ~/models/qwen2.5-coder-0.5b "
+        "--out profile.json --batch-sizes 1,8",
     )
     pr.add_argument("model", help="the model folder vLLM loads")
     pr.add_argument("--out", required=True, help="the agspec-cost-profile JSON to write")
@@ -103,12 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--model-name", default=None, help="the profile's model name")
     args = ap.parse_args(argv)
     if args.cmd == "profile":
+        # Arguments first, then the engine: nothing slow runs before both are right.
+        batch_sizes = _ints(pr, "--batch-sizes", args.batch_sizes, 1)
+        drafts = _ints(pr, "--drafts", args.drafts, 0)
+        if not os.path.isdir(args.model):
+            pr.error(f"model {args.model}: no such folder (the HF model folder vLLM loads)")
+        reason = _vllm_missing()
+        if reason is not None:
+            pr.exit(1, f"{pr.prog}: error: {reason}\n")
         from agspec.adapters.vllm.costprofile import measure, write_profile
 
         profile = measure(
             args.model,
-            batch_sizes=[int(x) for x in args.batch_sizes.split(",") if x],
-            drafts=[int(x) for x in args.drafts.split(",") if x],
+            batch_sizes=batch_sizes,
+            drafts=drafts,
             context_tokens=args.context_tokens,
             cycles=args.cycles,
             num_speculative_tokens=args.num_speculative_tokens,
