@@ -144,45 +144,33 @@ def tree_commit(
     is `reference[start:]`: (accept length, committed tokens, how far the first branch
     alone would have got). The committed tokens are the longest root path the output
     follows plus the model's next token (the bonus), unless the path covered the rest of
-    the reference. Siblings with the same token: the earlier one is followed. For a chain
-    it is `greedy_commit` with the accept length twice.
+    the reference. For a chain it is `greedy_commit` with the accept length twice.
+
+    One pass in node order: a node is on the output when its parent is (or is the root)
+    and its token is the output's token at its depth (siblings with the same token are
+    all followed; the longest path wins).
 
     >>> tree_commit(DraftTree([7, 8, 9, 4], [-1, 0, 1, 0]), [7, 8, 9, 1], 0)
     (3, [7, 8, 9, 1], 3)
     """
     tokens, parents = tree.token_ids, tree.parents
-    end = len(reference)
-    node = -1
+    rest = len(reference) - start
+    # depth[i] > 0: node i is on the output at that depth; 0: it is not.
+    depth = [0] * len(tokens)
     accepted = 0
-    first = -1  # first branch's accept length, once it stopped (-1: still on it)
-    on_first = True
-    pos = start
-    # Nodes are topological: the children of `node` all come after it, so one scan finds
-    # the matching child of each node on the path in turn.
-    i = 0
-    n = len(tokens)
-    while pos < end and i < n:
-        want = reference[pos]
-        child = -1
-        first_child = -1
-        j = i
-        while j < n:
-            if parents[j] == node:
-                if first_child < 0:
-                    first_child = j
-                if tokens[j] == want:
-                    child = j
-                    break
-            j += 1
-        if child < 0:
-            break
-        if on_first and child != first_child:
-            on_first = False
-            first = accepted
-        node = child
-        accepted += 1
-        pos += 1
-        i = child + 1
-    if on_first:
-        first = accepted
+    for i, (tok, par) in enumerate(zip(tokens, parents)):
+        d = 1 if par < 0 else (depth[par] + 1 if depth[par] else 0)
+        if d and d <= rest and tok == reference[start + d - 1]:
+            depth[i] = d
+            if d > accepted:
+                accepted = d
+    # The first branch: from node 0, the first child of each node in turn.
+    first = 0
+    node = -1
+    for i, par in enumerate(parents):
+        if par == node:
+            if not depth[i]:
+                break
+            first += 1
+            node = i
     return accepted, reference[start : start + accepted + 1], first
