@@ -203,11 +203,15 @@ class AgSpecCall:
         corpora = self._corpora
         assert corpora is not None and self.last_source is not None
         agent = self.agent
+        m_primary = self.last_match_length
+        survival = server.lengths.survival
+        chain_curve = survival.curve(agent, m_primary, len(chain))[: len(chain)]
+        if not self._tree_may_pay(chain_curve, budget):
+            return DraftTree.chain(chain)
         lengths = corpora.match_lengths()
         names = corpora.names
         primary = names.index(self.last_source)
         primary_rule = corpora._rules[primary]
-        m_primary = self.last_match_length
         min_match = max(1, server.min_match_tokens)
         depth = min(server.config.tree_branch_tokens, budget)
         slots: list[int] = []
@@ -225,12 +229,26 @@ class AgSpecCall:
             [r for _, r in picked],
             max_occurrences=self._max_occurrences,
         )
-        tokens, parents, support, curve_of = merge_branches([chain, *alts])
-        if len(tokens) == len(chain):
-            return DraftTree.chain(chain)  # every candidate is a prefix of the chain
-        survival = server.lengths.survival
-        curves = [survival.curve(agent, m_primary, len(chain))[: len(chain)]]
-        curves += [survival.curve(agent, lengths[s], depth)[:depth] for s in slots]
+        # A candidate that is a prefix of the chain adds nothing (support only matters for
+        # alternatives); identical candidates are merged once, weighted by their count.
+        found: dict[tuple[int, ...], list[int]] = {}
+        for s, alt in zip(slots, alts):
+            if alt and alt != chain[: len(alt)]:
+                key = tuple(alt)
+                seen = found.get(key)
+                if seen is None:
+                    found[key] = [s, 1]
+                else:
+                    seen[1] += 1
+        if not found:
+            return DraftTree.chain(chain)
+        # Alternatives rank by their corpus's match, longest first (then as found).
+        ranked = sorted(found.items(), key=lambda kv: -lengths[kv[1][0]])
+        branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
+        weights = [1, *(w for _, (_, w) in ranked)]
+        tokens, parents, support, curve_of = merge_branches(branches, weights)
+        curves = [chain_curve]
+        curves += [survival.curve(agent, lengths[s], depth)[:depth] for _, (s, _) in ranked]
         p = node_probabilities(
             parents, support, curve_of, curves, server.branch_rates.rates_for(agent)
         )
@@ -241,7 +259,7 @@ class AgSpecCall:
                 batch_size=policy.batch_size,
                 mean_draft=policy.mean_draft,
                 mean_committed=policy.mean_committed,
-                max_tokens=budget,
+                max_tokens=min(budget, len(tokens)),
             )
             keep = size_tree(p, None, budget, prices=prices)
         else:
@@ -263,6 +281,39 @@ class AgSpecCall:
         self._tree = (tree, [support[i] for i in keep])
         return tree
 
+    def _tree_may_pay(self, curve: list[float], budget: int) -> bool:
+        """False when no alternative could enter the tree: the likeliest one (at most the
+        largest drop of the chain's curve, or its last value below the chain's end, times
+        the agent's best rate) is no likelier than the chain's last node and below the
+        price of one more node (at batch size 1: at the chain's own rate of tokens per
+        unit cost). With step costs that rise no slower with more tokens, such a tree is
+        the chain: this spares the candidates' retrieval and scoring where trees do not
+        pay (a CPU profile, a large batch)."""
+        server = self.session.server
+        n = len(curve)
+        top = curve[-1]
+        drop = 1.0 - curve[0]
+        for i in range(1, n):
+            d = curve[i - 1] - curve[i]
+            if d > drop:
+                drop = d
+        rates = server.branch_rates
+        q = max(rates.rate(self.agent, k) for k in range(1, 5))
+        bound = q * (drop if drop > top else top)
+        if bound > top:
+            return True  # an alternative may outrank a node of the chain
+        if n >= budget:
+            return False
+        if server.batch_cost_mode:
+            policy = server.lengths
+            if n + 1 < len(policy.step_costs):
+                prices = policy._batch_prices(n + 1)
+                return bound > prices[n + 1] - prices[n]
+            return True
+        costs = server.tree_step_costs
+        value = (1.0 + sum(curve)) / costs[n]
+        return bound > value * (costs[n + 1] - costs[n])
+
     def _tree_path(self, committed: list[int], feed: bool) -> int:
         """Checks that `committed` is a root path of the last tree plus at most one token
         (ValueError otherwise); with `feed`, the alternatives' rates learn from it (each
@@ -282,10 +333,7 @@ class AgSpecCall:
             group = kids.get(node, [])
             nxt = next((i for i in group if tokens[i] == want), -1)
             if group and tokens[group[0]] != want:
-                alts = group[1:]
-                if len(alts) > 1:
-                    alts = sorted(alts, key=lambda i: -support[i])
-                for i in alts:
+                for i in group[1:]:  # in rank order: the order their branches came
                     seen.append((support[i], tokens[i] == want))
                     if tokens[i] == want:
                         break

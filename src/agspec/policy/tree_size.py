@@ -11,10 +11,11 @@ the model's output reaches it:
   p(child) = p(node) · S(d) / S(d − 1), S that branch's acceptance curve (the per-agent
   survival by match length, `MatchSurvival`) and d the child's depth: along the chain
   this is S(d) itself;
-- every other child is an alternative, tried when the children before it are wrong:
+- every other child is an alternative, tried when the children before it are wrong
+  (ranked in the order their branches came: the drafter puts the longest match first):
   p(alt) = (p(node) − Σ p(earlier children)) · q_a(support), q_a learned online per agent
-  and support (`BranchRates`: how often an alternative of that support was the right
-  token when the ones before it were not).
+  and support (`BranchRates`: how often an alternative of that support, the number of
+  candidates through it, was the right token when the ones before it were not).
 
 A node is never likelier than its parent, so the nodes sorted by p (ties: the earlier
 node) list every parent before its children, and the best tree of n nodes is the first n
@@ -93,35 +94,44 @@ class BranchRates:
 
 
 def merge_branches(
-    branches: Sequence[Sequence[int]],
+    branches: Sequence[Sequence[int]], weights: Sequence[int] | None = None
 ) -> tuple[list[int], list[int], list[int], list[int]]:
     """One trie of the branches, in topological order: (tokens, parents, support,
     curve_of). The first branch's nodes come first, in order (it stays the tree's first
     branch); each later branch walks the nodes it shares with earlier ones (their support
-    grows by one) and adds the rest. `curve_of[i]` is the branch that made node i."""
+    grows by its weight, 1 by default: a branch found that many times) and adds the rest.
+    `curve_of[i]` is the branch that made node i. A branch's new nodes are consecutive,
+    each the first child of the one before (`node_probabilities` relies on it)."""
     tokens: list[int] = []
     parents: list[int] = []
     support: list[int] = []
     curve_of: list[int] = []
-    children: list[dict[int, int]] = []
-    root: dict[int, int] = {}
+    # (parent, token) -> child: one dict for every edge of the trie.
+    edges: dict[tuple[int, int], int] = {}
     for b, branch in enumerate(branches):
+        w = 1 if weights is None else weights[b]
         node = -1
-        kids = root
-        for tok in branch:
-            child = kids.get(tok)
+        j = 0
+        n = len(branch)
+        while j < n:
+            child = edges.get((node, branch[j]))
             if child is None:
-                child = len(tokens)
-                kids[tok] = child
-                tokens.append(tok)
-                parents.append(node)
-                support.append(1)
-                curve_of.append(b)
-                children.append({})
-            else:
-                support[child] += 1
+                break
+            support[child] += w
             node = child
-            kids = children[child]
+            j += 1
+        if j == n:
+            continue
+        # The rest is new: consecutive nodes, each hanging from the one before.
+        start = len(tokens)
+        rest = branch[j:]
+        k = len(rest)
+        tokens.extend(rest)
+        parents.append(node)
+        parents.extend(range(start, start + k - 1))
+        support.extend([w] * k)
+        curve_of.extend([b] * k)
+        edges.update(zip(zip(parents[start:], rest), range(start, start + k)))
     return tokens, parents, support, curve_of
 
 
@@ -132,41 +142,52 @@ def node_probabilities(
     curves: Sequence[Sequence[float]],
     rate: Callable[[int], float],
 ) -> list[float]:
-    """p of every node (see the module docstring); `curves[b]` is branch b's acceptance
-    curve [S(1), S(2), ...] (a node deeper than its curve gets p = 0) and `rate(support)`
-    is q_a. Alternatives of one node are ranked by support (most first), then by
-    position."""
+    """p of every node (see the module docstring) of a `merge_branches` trie;
+    `curves[b]` is branch b's acceptance curve [S(1), S(2), ...] (a node deeper than its
+    curve gets p = 0) and `rate(support)` is q_a. Alternatives of one node are ranked in
+    the order their branches came.
+
+    One step per run of new nodes of a branch (`merge_branches`): its first node is the
+    first child of its parent or an alternative; the rest follow its curve, p(d) =
+    p(first) · S(d) / S(d0)."""
     n = len(parents)
     p = [0.0] * n
     depth = [0] * n
-    # Children of each node (index n stands for the root), in node order.
-    kids: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, par in enumerate(parents):
-        kids[par if par >= 0 else n].append(i)
-    for node in range(-1, n):
-        group = kids[node if node >= 0 else n]
-        if not group:
-            continue
-        p_node = p[node] if node >= 0 else 1.0
-        d = (depth[node] if node >= 0 else 0) + 1
-        first = group[0]
-        curve = curves[curve_of[first]]
-        if d <= len(curve):
-            before = curve[d - 2] if d >= 2 else 1.0
-            h = curve[d - 1] / before if before > 0 else 0.0
-            p_first = p_node * (h if h < 1.0 else 1.0)
+    # Mass of each node not yet given to a child; absent: no child yet.
+    free: dict[int, float] = {}
+    start = 0
+    while start < n:
+        b = curve_of[start]
+        end = start + 1
+        while end < n and curve_of[end] == b and parents[end] == end - 1:
+            end += 1
+        par = parents[start]
+        p_par = p[par] if par >= 0 else 1.0
+        d0 = depth[par] + 1 if par >= 0 else 1
+        curve = curves[b]
+        rem = free.get(par)
+        if d0 > len(curve):
+            p0 = 0.0
+        elif rem is None:  # the parent's first child: its branch goes on
+            before = curve[d0 - 2] if d0 >= 2 else 1.0
+            h = curve[d0 - 1] / before if before > 0 else 0.0
+            p0 = p_par * (h if h < 1.0 else 1.0)
         else:
-            p_first = 0.0
-        p[first] = p_first
-        depth[first] = d
-        remaining = p_node - p_first
-        alts = sorted(group[1:], key=lambda i: -support[i]) if len(group) > 2 else group[1:]
-        for i in alts:
-            depth[i] = d
-            q = rate(support[i]) if remaining > 0.0 else 0.0
-            pi = remaining * q
-            p[i] = pi
-            remaining -= pi
+            p0 = rem * rate(support[start]) if rem > 0.0 else 0.0
+        free[par] = (p_par if rem is None else rem) - p0
+        p[start] = p0
+        depth[start] = d0
+        # The run's other nodes: along the curve, relative to its first node.
+        last = min(end, start + len(curve) - d0 + 1)
+        base = curve[d0 - 1] if d0 <= len(curve) else 0.0
+        if base > 0.0 and p0 > 0.0:
+            scale = p0 / base
+            for i in range(start + 1, last):
+                p[i] = scale * curve[d0 - 1 + i - start]
+        for i in range(start + 1, end):
+            depth[i] = d0 + i - start
+            free[i - 1] = p[i - 1] - p[i]
+        start = end
     return p
 
 
