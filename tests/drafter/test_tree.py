@@ -219,3 +219,72 @@ def test_tree_replay_never_exceeds_the_budget_and_commits_the_output(history, ou
         pos += len(committed)
     assert committed_all == out
     assert server.branch_rates.rate("coder", 1) > 0
+
+
+def _agent_sessions(seed: int, num_sessions: int = 4):
+    """Agent-like sessions (outputs copy lines of a shared pool, with edits; prompts
+    resend the history), so every corpus finds matches with several occurrences."""
+    import random
+
+    from agspec.lab.records import ReplayCall, ReplaySession
+
+    rng = random.Random(seed)
+    pool = [[rng.randrange(1, 300) for _ in range(rng.randrange(4, 10))] for _ in range(30)]
+    sessions = []
+    for s in range(num_sessions):
+        history = [rng.randrange(1, 300) for _ in range(60)]
+        calls = []
+        for turn in range(4):
+            out: list[int] = []
+            for _ in range(rng.randrange(5, 10)):
+                line = list(rng.choice(pool))
+                if rng.random() < 0.4:
+                    line[rng.randrange(len(line))] = rng.randrange(1, 300)
+                out += line
+            calls.append(ReplayCall("coder", "code", turn, list(history), out))
+            history = history + out + [rng.randrange(1, 300) for _ in range(20)]
+        sessions.append(ReplaySession(f"hand/{seed}/{s}", tuple(calls)))
+    return sessions
+
+
+def _replay(name: str, cost_model, batch_size: int, sessions):
+    from agspec.lab.registry import make_server
+    from agspec.lab.simulator import replay_batched
+
+    server = make_server(
+        name, global_docs=[], tokenizer=CharTokenizer(), cost_model=cost_model, batch_size=1
+    )
+    if batch_size > 1:
+        server.set_batch_size(batch_size)
+    return replay_batched(
+        [(s, server) for s in sessions], batch_size=batch_size, cost_model=cost_model
+    )
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_the_measured_cpu_profile_drafts_the_chain_step_for_step(batch_size):
+    # llama.cpp on 2 CPU threads: verifying 2 tokens costs 2.2 decode steps. No tree pays:
+    # the default drafts exactly what agspec-chain drafts, step for step.
+    from agspec.policy.costmodel import get_cost_model
+
+    cpu = get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured", context_tokens=1024)
+    sessions = _agent_sessions(3)
+    tree = _replay("agspec", cpu, batch_size, sessions)
+    chain = _replay("agspec-chain", cpu, batch_size, sessions)
+    for column in ("drafted", "accepted", "committed", "position"):
+        assert tree.recorder.columns[column] == chain.recorder.columns[column]
+    assert tree.num_branch_wins == 0
+
+
+def test_a_big_gpu_profile_drafts_trees_that_win():
+    # H200, a 32B model, batch 1: verifying 64 tokens costs one decode step. Trees pay:
+    # later branches win steps, and the run takes fewer steps than the chain's.
+    from agspec.policy.costmodel import get_cost_model
+
+    gpu = get_cost_model("h200-qwen2.5-32b")
+    sessions = _agent_sessions(4)
+    tree = _replay("agspec", gpu, 1, sessions)
+    chain = _replay("agspec-chain", gpu, 1, sessions)
+    assert tree.num_branch_wins > 0
+    assert tree.drafted_per_step > chain.drafted_per_step
+    assert tree.tokens_per_step > chain.tokens_per_step
