@@ -119,3 +119,10 @@ def test_branch_rates_learn_per_agent_and_support():
     assert rates.rate("reviewer", 2) == 0.2
     with pytest.raises(ValueError, match="prior in"):
         BranchRates(prior=1.5)
+
+
+def test_a_tiny_curve_does_not_overflow_the_scores():
+    # A branch whose curve starts at the smallest float: p stays within its parent's.
+    tokens, parents, support, curve_of = merge_branches([[1], [0, 0]])
+    p = node_probabilities(parents, support, curve_of, [[0.0], [5e-324, 5e-324]], lambda s: 1.0)
+    assert p == [0.0, 1.0, 1.0]

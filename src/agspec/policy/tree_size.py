@@ -181,9 +181,9 @@ def node_probabilities(
         last = min(end, start + len(curve) - d0 + 1)
         base = curve[d0 - 1] if d0 <= len(curve) else 0.0
         if base > 0.0 and p0 > 0.0:
-            scale = p0 / base
+            # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
             for i in range(start + 1, last):
-                p[i] = scale * curve[d0 - 1 + i - start]
+                p[i] = p0 * (curve[d0 - 1 + i - start] / base)
         for i in range(start + 1, end):
             depth[i] = d0 + i - start
             free[i - 1] = p[i - 1] - p[i]
