@@ -131,7 +131,7 @@ def _two_occurrences(server: AgSpecServer):
 def test_tree_adds_the_other_occurrence_after_the_chain():
     server = _server()
     call = _two_occurrences(server)
-    tree = call.propose_tree(8)
+    tree = call.propose_tree(10)  # alternatives up to 10 // 2 = 5 tokens deep
     # The chain first (recent occurrence: 7 4 2 q), then the first occurrence's 8 9 x y
     # after the shared 7.
     assert [chr(t) for t in tree.token_ids] == list("742q89xy")

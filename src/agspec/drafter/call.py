@@ -213,7 +213,9 @@ class AgSpecCall:
         primary = names.index(self.last_source)
         primary_rule = corpora._rules[primary]
         min_match = max(1, server.min_match_tokens)
-        depth = min(server.config.tree_branch_tokens, budget)
+        # An alternative at most half the budget deep: with a small budget the deep nodes
+        # of alternatives would never be kept, only merged and scored.
+        depth = min(server.config.tree_branch_tokens, max(1, budget // 2))
         slots: list[int] = []
         for s, m in enumerate(lengths):
             if m >= min_match:
