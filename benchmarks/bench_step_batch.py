@@ -4,13 +4,16 @@ Replays B real calls of the dev traces in lockstep (greedy: a draft is accepted 
 the first token that differs from the recorded output), with every corpus on (session,
 workspace, history, a 10M-token global corpus), and times only the drafter: either
 `step_batch` (one native call moves every request's corpora, one reads every match) or
-the same work as `accept` + `propose` per request. Prints µs per request-step for each
+the same work as `accept` + `propose` per request (with `--trees`, also `accept` +
+`propose_tree` per request, each tree verified as a tree: the drafting cost of token
+trees, docs/trees.md). Prints µs per request-step for each
 batch size, side by side in one run: over the whole run, for its median round, and over
 the rounds at the full batch only (the run ends in a drain at smaller batches, whose fixed
 per-round costs are shared by fewer requests; a round's figure includes the last `accept`
 and `end` of the calls that finished in it), with the share of request-steps those are.
 
     python benchmarks/bench_step_batch.py --batch-sizes 1 8 64 --global-tokens 10000000
+    python benchmarks/bench_step_batch.py --variant agspec --trees --batch-sizes 64
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
 from agspec.drafter.protocol import greedy_commit
+from agspec.drafter.tree import DraftTree, tree_commit
 from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import render_call
@@ -51,7 +55,9 @@ class Lockstep:
     id, as soon as one ends), stepped in lockstep until `sessions` are used up: `step()`
     runs one round and returns its drafter time (ns) and request count, None at the end."""
 
-    def __init__(self, server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool):
+    def __init__(
+        self, server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool | str
+    ):
         self.server, self.batch, self.max_draft, self.batched = server, batch, max_draft, batched
         self.tokens = 0
         queue = [(f"{sid}#{k}", calls) for k in range(3) for sid, calls in sessions]
@@ -75,7 +81,13 @@ class Lockstep:
         if not slots:
             return None
         t0 = time.perf_counter_ns()
-        if self.batched:
+        if self.batched == "trees":
+            drafts = []
+            for x in slots:
+                if x[3]:
+                    x[0].accept(x[3])
+                drafts.append(x[0].propose_tree(self.max_draft))
+        elif self.batched:
             drafts = drafter_mod.step_batch(
                 [x[0] for x in slots], [x[3] for x in slots], self.max_draft
             )
@@ -91,7 +103,11 @@ class Lockstep:
         nxt = []
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
-            _, commit = greedy_commit(draft, out, pos)
+            if isinstance(draft, DraftTree):
+                _, commit, _ = tree_commit(draft, out, pos)
+                commit = list(commit)
+            else:
+                _, commit = greedy_commit(draft, out, pos)
             self.tokens += len(commit)
             x[2], x[3] = pos + len(commit), commit
             if x[2] < len(out):
@@ -112,7 +128,7 @@ class Lockstep:
         return elapsed + finished_ns, requests, finished_ns
 
 
-def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool) -> dict:
+def run(server: AgSpecServer, sessions, batch: int, max_draft: int, batched: bool | str) -> dict:
     """`Lockstep` run to the end, with its figures."""
     total_ns = steps = 0
     per_step: list[float] = []  # ns per request of each step_batch / propose round
@@ -148,6 +164,9 @@ def main() -> None:
     ap.add_argument("--variant", default="agspec-paper")
     ap.add_argument("--max-draft", type=int, default=16)
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--trees", action="store_true", help="also time accept + propose_tree per request"
+    )
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     sessions, rest = load_sessions(args.source, tok, args.sessions)
@@ -164,7 +183,10 @@ def main() -> None:
     )
     results = []
     for b in args.batch_sizes:
-        for batched in (False, True) if has_batch else (False,):
+        modes: list[bool | str] = [False, True] if has_batch else [False]
+        if args.trees:
+            modes.append("trees")
+        for batched in modes:
             server = AgSpecServer(
                 tokenizer=tok,
                 global_corpus=g,
@@ -173,7 +195,8 @@ def main() -> None:
                 batch_size=b,
             )
             r = run(server, sessions, b, args.max_draft, batched)
-            r |= {"batch_size": b, "mode": "step_batch" if batched else "per-call"}
+            mode = {False: "per-call", True: "step_batch", "trees": "trees"}[batched]
+            r |= {"batch_size": b, "mode": mode}
             results.append(r)
             print(
                 f"{b:>4} {r['mode']:>10} {r['us_per_request_step']:>16.2f} "

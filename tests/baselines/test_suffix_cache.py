@@ -97,3 +97,34 @@ def test_global_docs_are_cached_responses_and_requests_are_stopped() -> None:
     assert len(server.cache.cached_requests) == 3  # the response stays cached
     with pytest.raises(ValueError, match="prompt_ids"):
         server.session("t").call("coder", "code", 0).begin([1, -2])
+
+
+def test_tree_mode_drafts_the_caches_tree_and_its_first_branch() -> None:
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    from agspec.baselines.suffix_cache import SUFFIX_CACHE_TREE, SuffixCacheServer
+
+    prompt = [1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 7, 1, 2, 3, 4, 6, 8, 1, 2, 3]
+    server = SuffixCacheServer(SUFFIX_CACHE_TREE, use_tree_spec=True)
+    call = server.session("s").call("coder", "code", 0)
+    call.begin(prompt)
+    tree = call.propose_tree(8)
+    # The same question asked of the cache directly, as vLLM's proposer would in tree mode.
+    cache = SuffixDecodingCache(max_tree_depth=64, max_cached_requests=-1)
+    cache.start_request(0, prompt)
+    direct = cache.speculate(
+        0, prompt, max_spec_tokens=8, max_spec_factor=1.0, min_token_prob=0.1, use_tree_spec=True
+    )
+    assert (tree.token_ids, tree.parents) == (direct.token_ids, direct.parents)
+    assert not tree.is_chain
+    assert call.propose(8) == tree.first_branch()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tree_mode_accepts_at_least_what_its_first_branch_would(seed: int) -> None:
+    sessions = hand_made_sessions(seed)
+    tree = replay("suffix-cache-tree", sessions)
+    assert tree.num_output_tokens == replay("suffix-cache", sessions).num_output_tokens
+    first = tree.recorder.columns["first_branch_accepted"]
+    accepted = tree.recorder.columns["accepted"]
+    assert all(a >= f for a, f in zip(accepted, first))

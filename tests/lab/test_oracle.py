@@ -144,3 +144,18 @@ def test_oracle_rejects_bad_config() -> None:
         OracleServer({}, scope="galaxy")
     with pytest.raises(KeyError, match="no recorded outputs"):
         OracleServer({}).session("nope")
+
+
+def test_tree_bound_needs_the_contexts_last_token_before_the_copy():
+    # Text 1 2 3 4 (the prompt). Output 2 3 9: the oracle copies 2 3 from anywhere; the
+    # tree bound only after an occurrence of the context's last token.
+    from agspec.lab.oracle import OracleServer
+
+    for last, bound in ((1, 2), (3, 0)):
+        outputs = {"s": [[2, 3, 9]]}
+        chain = OracleServer(outputs).session("s").call("a", "r", 0)
+        tree = OracleServer(outputs, anchored=True).session("s").call("a", "r", 0)
+        for call in (chain, tree):
+            call.begin([1, 2, 3, 4, 7, last])
+        assert chain.propose(8) == [2, 3]
+        assert tree.propose(8) == [2, 3][:bound]

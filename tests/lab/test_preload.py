@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agspec.lab.registry import ORACLE, drafter_names, preload_drafters
+from agspec.lab.registry import ORACLES, drafter_names, preload_drafters
 
 # Runs in a fresh interpreter: optionally preload, then make every agspec module that is
 # not imported yet unfindable (what a reinstall mid-run looks like to the running process),
@@ -52,7 +52,7 @@ print("ok", len(names))
 def available_drafters() -> list[str]:
     names = []
     for name in drafter_names():
-        if name == ORACLE:
+        if name in ORACLES:
             continue
         try:
             preload_drafters([name], tokenizer=None, cost_model=None, batch_size=1)

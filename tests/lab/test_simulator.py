@@ -209,3 +209,61 @@ def test_drafting_time_is_counted_and_bad_input_rejected() -> None:
 
     with pytest.raises(ValueError, match="more than"):
         replay_batched([(session, Greedy())], batch_size=1, cost_model=Flat(), max_draft_tokens=2)
+
+
+class TreeDrafter(FixedDrafter):
+    """Proposes `proposals[i]` (tokens, parents) as a tree at step i."""
+
+    def propose_tree(self, max_nodes):
+        from agspec.drafter.tree import DraftTree
+
+        p = self.proposals[self.step] if self.step < len(self.proposals) else [[], []]
+        tree = DraftTree(p[0], p[1], check=False)  # as a careless custom drafter might
+        return tree
+
+
+class TreeServer(FixedServer):
+    def session(self, session_id, *, emission_format="none"):
+        server = self
+
+        class _S(FixedSession):
+            def call(self, agent, role, turn):
+                return TreeDrafter(server.log, server.plan.get((session_id, agent, turn), []))
+
+        return _S(self, session_id)
+
+
+def test_trees_are_verified_along_the_longest_path_and_priced_by_nodes():
+    # Output 8 9 12 13. Step 1: tree 8 -> 10, 8 -> 9 -> 12: the second branch wins,
+    # accept 3 (8 9 12) + bonus 13: one step. The first branch (8 10) had 1.
+    sess = ReplaySession("s", (_call("a", 0, [8, 9, 12, 13]),))
+    plan = {("s", "a", 0): [[[8, 10, 9, 12], [-1, 0, 0, 2]]]}
+    res = replay_batched([(sess, TreeServer(plan))], batch_size=1, cost_model=Flat())
+    assert res.num_steps == 1 and res.num_output_tokens == 4
+    assert res.num_drafted_tokens == 4 and res.drafted_per_step == 4.0
+    assert res.num_accepted_tokens == 3
+    assert res.recorder.columns["first_branch_accepted"] == [1]
+    assert res.num_branch_wins == 1 and res.branch_win_share == 1.0
+    summary = res.summary()
+    assert summary["first_branch_accept_length"] == 1.0 and summary["num_branch_wins"] == 1
+
+
+def test_tree_nodes_count_in_the_batch_cost():
+    # One request, Linear cost: a 4-node tree costs 1 + 0.1 * 4 like a 4-token chain.
+    sess = ReplaySession("s", (_call("a", 0, [8, 9, 12, 13]),))
+    plan = {("s", "a", 0): [[[8, 10, 9, 12], [-1, 0, 0, 2]]]}
+    res = replay_batched([(sess, TreeServer(plan))], batch_size=1, cost_model=Linear())
+    assert res.spec_ms == pytest.approx(1.0 + 0.1 * 4)
+
+
+@pytest.mark.parametrize(
+    "tokens, parents, needle",
+    [([8, 9], [-1, 1], r"parents\[1\] = 1"), ([8, 9], [-1, 3], r"parents\[1\] = 3")],
+)
+def test_a_malformed_tree_is_refused_before_verification(tokens, parents, needle):
+    sess = ReplaySession("s", (_call("a", 0, [8, 9]),))
+    server = TreeServer({("s", "a", 0): [[tokens, parents]]})
+    with pytest.raises(ValueError, match="drafter 'fixed'.s tree.*" + needle):
+        replay_batched([(sess, server)], batch_size=1, cost_model=Flat())
+    # Nothing was accepted: the error came before verification.
+    assert not [e for e in server.log if e[0] == "accept"]

@@ -71,16 +71,18 @@ def _suffix_cache(name: str, ctx: DrafterContext) -> DrafterServer:
         SUFFIX_CACHE_24,
         SUFFIX_CACHE_64,
         SUFFIX_CACHE_LOCAL,
+        SUFFIX_CACHE_TREE,
         SuffixCacheServer,
     )
 
     config = {
         "suffix-cache": SUFFIX_CACHE_64,
+        "suffix-cache-tree": SUFFIX_CACHE_TREE,
         "suffix-cache-24": SUFFIX_CACHE_24,
         "suffix-cache-local": SUFFIX_CACHE_LOCAL,
     }[name]
     docs = list(ctx.global_docs) if name != "suffix-cache-local" else []
-    return SuffixCacheServer(config, global_docs=docs)
+    return SuffixCacheServer(config, global_docs=docs, use_tree_spec=name == "suffix-cache-tree")
 
 
 def _fastcoder(ctx: DrafterContext) -> DrafterServer:
@@ -131,6 +133,11 @@ _register(
     "suffix-cache",
     partial(_suffix_cache, "suffix-cache"),
     help="as suffix-64 via SuffixDecodingCache, responses added token by token",
+)
+_register(
+    "suffix-cache-tree",
+    partial(_suffix_cache, "suffix-cache-tree"),
+    help="as suffix-cache in SuffixDecoding's tree mode (use_tree_spec=True), verified as a tree",
 )
 _register(
     "suffix-cache-24",

@@ -15,6 +15,11 @@ in the order and with the arguments of vLLM's `SuffixDecodingProposer`
   `pattern` the last `max_tree_depth` tokens of prompt + output as an int32 array view;
 - a request that left the batch: `stop_request(req_id)`.
 
+`suffix-cache-tree` is the same drive with `use_tree_spec=True`, SuffixDecoding's tree
+mode (its paper's main configuration, which vLLM does not run: its proposer verifies
+chains): `propose_tree` returns the cache's token tree (`DraftTree`, the same ids and
+parents) and the lab verifies it as a tree; `propose` returns its first branch.
+
 So a response enters the global tree token by token (it helps the request itself and any
 request running beside it at once), and the pattern has no extra token in front: the
 engine tries match lengths up to `max_tree_depth - 1`. Those are the two differences from
@@ -49,9 +54,13 @@ from agspec.baselines._base import (
     check_session_args,
 )
 from agspec.baselines.suffix import SuffixConfig
+from agspec.drafter.tree import DraftTree
 
 SUFFIX_CACHE_64 = SuffixConfig(name="suffix-cache", max_tree_depth=64, max_cached_requests=-1)
 SUFFIX_CACHE_24 = SuffixConfig(name="suffix-cache-24", max_tree_depth=24, max_cached_requests=10000)
+SUFFIX_CACHE_TREE = SuffixConfig(
+    name="suffix-cache-tree", max_tree_depth=64, max_cached_requests=-1
+)
 SUFFIX_CACHE_LOCAL = SuffixConfig(
     name="suffix-cache-local", max_tree_depth=64, max_cached_requests=0
 )
@@ -77,8 +86,10 @@ class SuffixCacheServer:
         config: SuffixConfig = SUFFIX_CACHE_64,
         *,
         global_docs: Iterable[Sequence[int]] | None = None,
+        use_tree_spec: bool = False,
     ) -> None:
         self.config = config
+        self.use_tree_spec = bool(use_tree_spec)
         self.name = config.name
         self.cache = import_suffix_cache()(
             max_tree_depth=config.max_tree_depth,
@@ -105,6 +116,8 @@ class SuffixCacheServer:
 
     def make_call(self) -> SuffixCacheCall:
         """One request's drafter (used by the shared `StaticSession`)."""
+        if self.use_tree_spec:
+            return SuffixCacheTreeCall(self)
         return SuffixCacheCall(self)
 
 
@@ -130,22 +143,27 @@ class SuffixCacheCall(CallLifecycle):
         self._num_tokens = prompt.size
         self._cache.start_request(self._req_id, self._tokens[: prompt.size])
 
-    def _propose(self, max_tokens: int) -> list[int]:
+    def _speculate(self, max_tokens: int, use_tree_spec: bool) -> Any:
         cfg = self._config
         n = self._num_tokens
         pattern = self._tokens[max(0, n - cfg.max_tree_depth) : n]
+        kwargs = {"use_tree_spec": True} if use_tree_spec else {}
         draft = self._cache.speculate(
             self._req_id,
             pattern,
             max_spec_tokens=min(max_tokens, cfg.max_spec_tokens),
             max_spec_factor=cfg.max_spec_factor,
             min_token_prob=cfg.min_token_prob,
+            **kwargs,
         )
-        tokens: list[int] = draft.token_ids
-        if tokens:
+        if draft.token_ids:
             self.last_match_length = int(draft.match_len)
             # The cache does not say which tree won; recorded as SuffixDecoding's.
             self.last_source = "suffix-cache"
+        return draft
+
+    def _propose(self, max_tokens: int) -> list[int]:
+        tokens: list[int] = self._speculate(max_tokens, False).token_ids
         return tokens
 
     def _accept(self, committed: Any) -> None:
@@ -165,3 +183,33 @@ class SuffixCacheCall(CallLifecycle):
         self._req_id = None
         self._tokens = np.zeros(0, dtype=np.int32)
         self._num_tokens = 0
+
+
+class SuffixCacheTreeCall(SuffixCacheCall):
+    """`SuffixCacheCall` in the cache's tree mode: `propose_tree` drafts a token tree.
+
+    >>> server = SuffixCacheServer(SUFFIX_CACHE_TREE, use_tree_spec=True)
+    >>> call = server.session("s").call("coder", "code", 0)
+    >>> call.begin([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 7, 1, 2, 3, 4, 6, 8, 1, 2, 3])
+    >>> call.propose_tree(8)         # after "1 2 3": 4, then 6 (seen twice) or 5
+    DraftTree([4, 6, 5], [-1, 0, 0])
+    >>> call.propose(8)              # a chain: the first branch
+    [4, 6]
+    """
+
+    def propose_tree(self, max_nodes: int) -> DraftTree:
+        self._require_begun("propose_tree")
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, (int, np.integer)):
+            raise TypeError(f"max_nodes must be an int, got {type(max_nodes).__name__}")
+        if max_nodes < 0:
+            raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
+        self.last_match_length, self.last_source = None, None
+        if max_nodes == 0:
+            return DraftTree([], [], check=False)
+        draft = self._speculate(int(max_nodes), True)
+        # The cache's trees are topological (a parent before its children): checked.
+        return DraftTree(draft.token_ids, draft.parents)
+
+    def _propose(self, max_tokens: int) -> list[int]:
+        # An engine that takes chains: the tree's first branch.
+        return self.propose_tree(max_tokens).first_branch()

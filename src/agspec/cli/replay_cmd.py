@@ -112,6 +112,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--agents", action="store_true", help="also print accept length per agent")
     report.add_argument("--markdown", action="store_true", help="markdown tables, one per source")
     report.add_argument(
+        "--trees",
+        action="store_true",
+        help="also print tree nodes per step, accepted path and later-branch wins (docs/trees.md)",
+    )
+    report.add_argument(
         "--allow-incomplete",
         action="store_true",
         help="show the entries of a run folder without complete.json (interrupted, failed "
@@ -194,6 +199,7 @@ def _report(args: argparse.Namespace) -> int:
         format_agent_table,
         format_markdown,
         format_table,
+        format_tree_table,
         load_entries,
     )
 
@@ -202,6 +208,9 @@ def _report(args: argparse.Namespace) -> int:
         n = sum(1 for e in entries if e["run"] == run)
         print(f"!! INCOMPLETE RUN {run}: {n} entries so far; its figures are partial")
     print(format_markdown(entries) if args.markdown else format_table(entries))
+    if args.trees:
+        print()
+        print(format_tree_table(entries))
     if args.agents:
         for b in sorted({e["batch_size"] for e in entries}):
             print()

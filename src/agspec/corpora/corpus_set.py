@@ -210,6 +210,36 @@ class CorpusSet:
             )
         )
 
+    def continuations(
+        self,
+        slots: Sequence[int],
+        max_tokens: Sequence[int],
+        rules: Sequence[ContinuationRule],
+        *,
+        max_occurrences: int = 32,
+    ) -> list[list[int]]:
+        """`continuation` of several (slot, length, rule) at once, each rule its own (the
+        candidate branches of a token tree: other occurrences, other corpora), in one
+        native call. A slot < 0 or a length of 0 copies nothing.
+
+        >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
+        >>> cs = CorpusSet([("s", ix, "recent")], [1, 2])
+        >>> cs.continuations([0, 0], [2, 2], ["recent", "first"])
+        [[4], [3, 1]]
+        """
+        codes = [_RULE_CODES[r] for r in rules]
+        if self._native is not None:
+            n = len(slots)
+            return _native.continuation_batch(  # type: ignore[no-any-return]
+                [self._native] * n, list(slots), list(max_tokens), codes, max_occurrences
+            )
+        return [
+            list(self._cursors[s].continuation(k, r, max_occurrences=max_occurrences))
+            if s >= 0 and k > 0
+            else []
+            for s, k, r in zip(slots, max_tokens, rules)
+        ]
+
     def engine_max_tokens(self, slot: int) -> int | None:
         """The engine's own bound on the draft for slot's match (SuffixDecoding's), if any."""
         if self._native is not None:

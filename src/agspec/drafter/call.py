@@ -8,12 +8,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agspec.corpora.corpus_set import CorpusSet
+from agspec.drafter.tree import DraftTree
 from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule, as_tokens
+from agspec.policy.cost_length import batch_prices
 from agspec.policy.source import Source
+from agspec.policy.tree_size import merge_branches, node_probabilities, size_tree
 
 if TYPE_CHECKING:
     from agspec.drafter.session import AgSpecSession
+
+# The occurrence rules a tree's candidate branches are copied by, in each corpus that
+# matches: the most recent, the most frequent next-3-token group's and the first
+# occurrence (the chain's own (corpus, rule) is the first branch).
+TREE_RULES: tuple[ContinuationRule, ...] = ("recent", "frequent", "first")
 
 
 class AgSpecCall:
@@ -23,6 +31,9 @@ class AgSpecCall:
     behind one `CorpusSet`: a step feeds them the committed tokens in one native call
     and reads their match lengths in another. After `propose`, `last_source` and
     `last_match_length` say where the draft came from.
+
+    `propose_tree` drafts a token tree (an engine that verifies trees: the replay lab,
+    the transformers adapter); `propose` stays the chain, for engines that take chains.
     """
 
     def __init__(self, session: AgSpecSession, agent: str, role: str, turn: int, doc_id: int):
@@ -36,6 +47,8 @@ class AgSpecCall:
         self._draft: list[int] = []
         # The last draft's (length, censored by the cap, match length), for the policy.
         self._decision: tuple[int, bool, int] | None = None
+        # The last tree draft (propose_tree) and its nodes' support, until its accept.
+        self._tree: tuple[DraftTree, list[int]] | None = None
         self._begun = False
         self._ended = False
         self._live = False  # begun and not ended (one attribute for the batched step)
@@ -54,6 +67,7 @@ class AgSpecCall:
         self._request = None
         self._draft = []
         self._decision = None
+        self._tree = None
         self._index_output = False
 
     def _stop_indexing(self) -> None:
@@ -160,6 +174,7 @@ class AgSpecCall:
             raise ValueError(f"max_tokens must be in [0, 65536], got {max_tokens}")
         self._draft = []
         self._decision = None
+        self._tree = None
         self.last_source, self.last_match_length = None, 0
         if max_tokens == 0:
             return []
@@ -173,6 +188,183 @@ class AgSpecCall:
             return []
         draft = corpora.continuation(slot, want, max_occurrences=self._max_occurrences)
         return self._take(draft, slot, want, m)
+
+    def propose_tree(self, max_nodes: int) -> DraftTree:
+        """A token tree of at most `max_nodes` nodes (`agspec.drafter.tree`), its first
+        branch the chain `propose` drafts. The other branches are continuations of other
+        occurrences (rules `TREE_RULES`) in every corpus whose match is long enough,
+        merged in one trie and scored by `agspec.policy.tree_size`; the cost rule keeps
+        the nodes that pay at the live batch size. A budget (`max_nodes`, or the config's
+        `tree_max_nodes`) of 0 or 1 drafts the chain, as does a profile where wider trees
+        do not pay. `accept` then takes the tokens of one root path plus the bonus.
+
+        Example: the session holds `... 5 6 7 8 9` and `... 5 6 7 4 2`; after `5 6` the
+        chain is `[7, 4, 2]` (the recent occurrence) and the first occurrence adds the
+        branch `7 -> 8 -> 9`: tokens `[7, 4, 2, 8, 9]`, parents `[-1, 0, 1, 0, 3]`.
+        """
+        chain = self.propose(max_nodes)
+        server = self.session.server
+        budget = min(max_nodes, server.tree_max_nodes)
+        if budget <= 1 or not chain:
+            return DraftTree.chain(chain)
+        corpora = self._corpora
+        assert corpora is not None and self.last_source is not None
+        agent = self.agent
+        m_primary = self.last_match_length
+        survival = server.lengths.survival
+        chain_curve = survival.curve(agent, m_primary, len(chain))[: len(chain)]
+        if not self._tree_may_pay(chain_curve, budget):
+            return DraftTree.chain(chain)
+        lengths = corpora.match_lengths()
+        names = corpora.names
+        primary = names.index(self.last_source)
+        primary_rule = corpora._rules[primary]
+        min_match = max(1, server.min_match_tokens)
+        # An alternative at most half the budget deep: with a small budget the deep nodes
+        # of alternatives would never be kept, only merged and scored.
+        depth = min(server.config.tree_branch_tokens, max(1, budget // 2))
+        slots: list[int] = []
+        for s, m in enumerate(lengths):
+            if m >= min_match:
+                slots += [s] * len(TREE_RULES)
+        rules = list(TREE_RULES) * (len(slots) // len(TREE_RULES))
+        picked = [(s, r) for s, r in zip(slots, rules) if not (s == primary and r == primary_rule)]
+        if not picked:
+            return DraftTree.chain(chain)
+        slots = [s for s, _ in picked]
+        alts = corpora.continuations(
+            slots,
+            [depth] * len(slots),
+            [r for _, r in picked],
+            max_occurrences=self._max_occurrences,
+        )
+        # A candidate that is a prefix of the chain adds nothing (support only matters for
+        # alternatives); identical candidates are merged once, weighted by their count.
+        found: dict[tuple[int, ...], list[int]] = {}
+        for s, alt in zip(slots, alts):
+            if alt and alt != chain[: len(alt)]:
+                key = tuple(alt)
+                seen = found.get(key)
+                if seen is None:
+                    found[key] = [s, 1]
+                else:
+                    seen[1] += 1
+        if not found:
+            return DraftTree.chain(chain)
+        # Alternatives rank by their corpus's match, longest first (then as found).
+        ranked = sorted(found.items(), key=lambda kv: -lengths[kv[1][0]])
+        branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
+        weights = [1, *(w for _, (_, w) in ranked)]
+        tokens, parents, support, curve_of = merge_branches(branches, weights)
+        curves = [chain_curve]
+        curves += [survival.curve(agent, lengths[s], depth)[:depth] for _, (s, _) in ranked]
+        p = node_probabilities(
+            parents, support, curve_of, curves, server.branch_rates.rates_for(agent)
+        )
+        if server.batch_cost_mode:
+            policy = server.lengths
+            prices = batch_prices(
+                server.tree_step_costs,
+                batch_size=policy.batch_size,
+                mean_draft=policy.mean_draft,
+                mean_committed=policy.mean_committed,
+                max_tokens=min(budget, len(tokens)),
+            )
+            keep = size_tree(p, None, budget, prices=prices)
+        else:
+            keep = size_tree(p, server.tree_step_costs, budget)
+        # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
+        # it is a prefix (the first branch; what the acceptance curves learn from).
+        num_chain = sum(1 for i in keep if i < len(chain))
+        draft = chain[:num_chain]
+        self._draft = draft
+        self._decision = (num_chain, False, m_primary) if num_chain else None
+        if len(keep) == num_chain:
+            return DraftTree.chain(draft)
+        new_index = {old: new for new, old in enumerate(keep)}
+        tree = DraftTree(
+            [tokens[i] for i in keep],
+            [new_index[parents[i]] if parents[i] >= 0 else -1 for i in keep],
+            check=False,
+        )
+        self._tree = (tree, [support[i] for i in keep])
+        return tree
+
+    def _tree_may_pay(self, curve: list[float], budget: int) -> bool:
+        """False when no alternative could enter the tree: the likeliest one (at most the
+        largest drop of the chain's curve, or its last value below the chain's end, times
+        the agent's best rate) is no likelier than the chain's last node and below the
+        price of one more node (at batch size 1: at the chain's own rate of tokens per
+        unit cost). With step costs that rise no slower with more tokens, such a tree is
+        the chain: this spares the candidates' retrieval and scoring where trees do not
+        pay (a CPU profile, a large batch)."""
+        server = self.session.server
+        n = len(curve)
+        top = curve[-1]
+        drop = 1.0 - curve[0]
+        for i in range(1, n):
+            d = curve[i - 1] - curve[i]
+            if d > drop:
+                drop = d
+        rates = server.branch_rates
+        q = max(rates.rate(self.agent, k) for k in range(1, 5))
+        bound = q * (drop if drop > top else top)
+        if bound > top:
+            return True  # an alternative may outrank a node of the chain
+        if n >= budget:
+            return False
+        if server.batch_cost_mode:
+            policy = server.lengths
+            if n + 1 < len(policy.step_costs):
+                prices = policy._batch_prices(n + 1)
+                return bound > prices[n + 1] - prices[n]
+            return True
+        costs = server.tree_step_costs
+        value = (1.0 + sum(curve)) / costs[n]
+        return bound > value * (costs[n + 1] - costs[n])
+
+    def _tree_path(self, committed: list[int], feed: bool) -> int:
+        """Checks that `committed` is a root path of the last tree plus at most one token
+        (ValueError otherwise); with `feed`, the alternatives' rates learn from it (each
+        node on the path whose first child was wrong: its alternatives, by rank, until the
+        right one). Returns how many committed tokens the first branch (the chain) had."""
+        assert self._tree is not None
+        tree, support = self._tree
+        tokens, parents = tree.token_ids, tree.parents
+        kids: dict[int, list[int]] = {}
+        for i, par in enumerate(parents):
+            kids.setdefault(par, []).append(i)
+        seen: list[tuple[int, bool]] = []
+        node = -1
+        n = len(committed)
+        for d in range(n):
+            want = committed[d]
+            group = kids.get(node, [])
+            nxt = next((i for i in group if tokens[i] == want), -1)
+            if group and tokens[group[0]] != want:
+                for i in group[1:]:  # in rank order: the order their branches came
+                    seen.append((support[i], tokens[i] == want))
+                    if tokens[i] == want:
+                        break
+            if nxt < 0:
+                if d < n - 1:
+                    raise ValueError(
+                        f"committed_ids {committed[:8]} do not follow a root path of the "
+                        f"draft tree plus one token (token {d} = {want} is no child of the "
+                        f"path): these tokens were never proposed"
+                    )
+                break
+            node = nxt
+        if feed:
+            rates = self.session.server.branch_rates
+            for sup, right in seen:
+                rates.observe(self.agent, sup, right)
+        draft = self._draft
+        limit = min(n - 1, len(draft))
+        a = 0
+        while a < limit and committed[a] == draft[a]:
+            a += 1
+        return a
 
     def _plan(self, lengths: list[int], max_tokens: int) -> tuple[int, int, int]:
         """Source slot, draft length and match length for these match lengths (policy)."""
@@ -236,7 +428,18 @@ class AgSpecCall:
         draft = self._draft
         if n == 0:
             raise ValueError("committed_ids is empty: a step commits at least one token")
-        if n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
+        tree = self._tree
+        if tree is not None:
+            # A tree draft: the committed tokens follow one root path (checked); the chain
+            # (first branch) had `chain_accept` of them.
+            for tok in committed:
+                if type(tok) is not int and (
+                    isinstance(tok, bool) or not isinstance(tok, (int, np.integer))
+                ):
+                    raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
+            committed = [int(t) for t in committed]
+            chain_accept = self._tree_path(committed, feed)
+        elif n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
             raise ValueError(
                 f"committed_ids {committed[:8]} are not a prefix of the draft "
                 f"{draft[:8]} plus one token: these tokens were never proposed"
@@ -252,16 +455,25 @@ class AgSpecCall:
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
         if not feed:
+            self._tree = None
             return committed
         server = self.session.server
         decision = self._decision
         if decision is not None:
             # The first n - 1 committed tokens are the draft's (checked above): the accept
-            # length (agspec.drafter.protocol.accept_length) is n - 1.
-            server.lengths.observe_tokens(self.agent, decision[0], decision[1], decision[2], n - 1)
+            # length (agspec.drafter.protocol.accept_length) is n - 1; of a tree, the
+            # chain's own (its first branch: what the acceptance curves describe).
+            server.lengths.observe_tokens(
+                self.agent,
+                decision[0],
+                decision[1],
+                decision[2],
+                n - 1 if tree is None else chain_accept,
+            )
         if server.batch_cost_mode:
-            server.lengths.note_step(len(draft), n)
-        self._draft, self._decision = [], None
+            # A tree is priced by its nodes: each is a token of the verification batch.
+            server.lengths.note_step(len(draft) if tree is None else len(tree[0]), n)
+        self._draft, self._decision, self._tree = [], None, None
         return committed
 
     def _count(self, n: int) -> None:

@@ -40,6 +40,11 @@ class AgSpecConfig:
     # weight of the prior in the learned acceptance curves (agspec.policy.cost_length).
     cost_max_draft_tokens: int = 32
     cost_prior_weight: float = 4.0
+    # Beyond the paper: token trees (agspec.policy.tree_size). The most nodes one tree may
+    # have (0 or 1: a chain, as the paper drafts), and the deepest branch besides the
+    # chain's. Needs length_mode="cost": the cost rule sizes the tree.
+    tree_max_nodes: int = 1
+    tree_branch_tokens: int = 16
     max_match_tokens: int = 64
     # Beyond the paper: no draft from a match shorter than this. Where verification is
     # dear (a CPU backend: 2 tokens cost 2.2-3.7 decode steps on llama.cpp), short matches
@@ -110,6 +115,17 @@ class AgSpecConfig:
                 )
         if self.length_mode not in ("static", "match", "cap", "cap+scale", "cost"):
             raise ValueError(f"unknown length_mode {self.length_mode!r}")
+        if not 0 <= self.tree_max_nodes <= 256:
+            raise ValueError(f"tree_max_nodes must be in [0, 256], got {self.tree_max_nodes}")
+        if self.tree_max_nodes > 1 and self.length_mode != "cost":
+            raise ValueError(
+                f"tree_max_nodes = {self.tree_max_nodes} needs length_mode='cost' (the cost "
+                f"rule sizes the tree), got length_mode={self.length_mode!r}"
+            )
+        if not 1 <= self.tree_branch_tokens <= 64:
+            raise ValueError(
+                f"tree_branch_tokens must be in [1, 64], got {self.tree_branch_tokens}"
+            )
         if not self.cost_prior_weight > 0:
             raise ValueError(f"cost_prior_weight must be > 0, got {self.cost_prior_weight}")
         if not -64 <= self.global_margin_tokens <= 1 << 16:

@@ -24,6 +24,7 @@ from agspec.policy.length import DraftLengthPolicy
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
 from agspec.policy.source import Source
 from agspec.policy.survival import MatchSurvival
+from agspec.policy.tree_size import BranchRates
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,15 @@ class AgSpecServer:
         if step_costs is not None:
             self._step_costs_at[batch_size] = self.lengths.step_costs
         self.cost_mode = cfg.length_mode == "cost"
+        # Token trees (`AgSpecCall.propose_tree`): the node budget (1: chains only), the
+        # step costs of verifying 1 .. budget + 1 tokens at this batch size, normalized,
+        # and the alternatives' learned rates.
+        self.tree_max_nodes = cfg.tree_max_nodes if self.cost_mode else 1
+        self.branch_rates = BranchRates()
+        self._tree_costs_at: dict[int, list[float]] = {}
+        self.tree_step_costs: list[float] = (
+            self._tree_costs(batch_size) if self.tree_max_nodes > 1 else []
+        )
         self.min_match_tokens = cfg.min_match_tokens
         self.batch_cost_mode = self.cost_mode and batch_size > 1
         self._sessions: OrderedDict[str, AgSpecSession] = OrderedDict()
@@ -200,6 +210,17 @@ class AgSpecServer:
             **options,
         )
 
+    def _tree_costs(self, batch_size: int) -> list[float]:
+        """The normalized cost of verifying 1 .. tree_max_nodes + 1 tokens at this batch
+        size (computed once per size)."""
+        costs = self._tree_costs_at.get(batch_size)
+        if costs is None:
+            raw = [
+                self._cost_model.step_cost(n, batch_size) for n in range(1, self.tree_max_nodes + 2)
+            ]
+            costs = self._tree_costs_at[batch_size] = DraftLengthPolicy.normalized_costs(raw)
+        return costs
+
     def set_batch_size(self, batch_size: int) -> None:
         """Prices the cost rule (length_mode "cost") at `batch_size` requests per step from
         now on: that batch size's step costs from the cost model (computed once per size),
@@ -223,6 +244,8 @@ class AgSpecServer:
                 costs = self._step_costs_at[batch_size] = lengths.normalized_costs(raw)
             lengths.step_costs = costs
             self.batch_cost_mode = batch_size > 1
+            if self.tree_max_nodes > 1:
+                self.tree_step_costs = self._tree_costs(batch_size)
         lengths.batch_size = batch_size
 
     def open_history(self) -> tuple[Any, int] | None:

@@ -31,12 +31,16 @@ DEFAULT = replace(
     global_rule="recent",
     history_rule="recent",
     use_history=True,
+    # Token trees: branches from several occurrences and every corpus, sized by the cost
+    # rule (a CPU profile keeps the chain); chain engines (vLLM) get the first branch.
+    tree_max_nodes=64,
 )
 
 VARIANTS: dict[str, AgSpecConfig] = {
     "agspec": DEFAULT,
     # The default with one thing changed.
     "agspec-no-history": replace(DEFAULT, use_history=False),
+    "agspec-chain": replace(DEFAULT, tree_max_nodes=1),
     "agspec-frequent": replace(
         DEFAULT, session_rule="frequent", global_rule="frequent", history_rule="frequent"
     ),

@@ -12,6 +12,15 @@ occurs in the prompt, `[2, 3, 9]` does not: draft `[2, 3]`, commit `[2, 3, 9]`. 
 the rest `[2, 3, 9]` now occurs in the text (`... 2, 3, 9` just generated): draft all
 three tokens, which cover the output; no bonus token. Two steps for six tokens.
 
+The tree bound (`anchored=True`, the lab's `oracle-tree`): a retrieval drafter copies
+what follows a match of at least the context's last token, so the widest tree it could
+draft holds every continuation of every occurrence of that token; its best root path is
+the longest prefix P of the rest of the output such that `[last token] + P` occurs in the
+available text (capped as above). No retrieval drafter, chain or tree of any width, with
+the same text beats it; the plain oracle (no anchor) bounds it in turn. Example: text
+`[1, 2, 3, 4]`, context ending in `9`, output `[2, 3]`: the oracle drafts `[2, 3]`, the
+tree bound nothing (9 never occurs).
+
 Exactness comes from a generalized suffix automaton (`SuffixAutomaton`): every
 substring of every inserted document is a path from the root, so the longest occurring
 prefix is found by walking from the root, at most `cap_tokens` transitions per step.
@@ -101,6 +110,30 @@ class SuffixAutomaton:
             states.append(last)
         return states
 
+    def longest_prefix_after(
+        self, first: int, tokens: Sequence[int], max_tokens: int, start: int = 0
+    ) -> int:
+        """Length of the longest prefix P of `tokens[start:]` (at most `max_tokens`) such
+        that `[first] + P` occurs; 0 also when `first` never occurs.
+
+        >>> sam = SuffixAutomaton(); _ = sam.add_document([1, 2, 3, 1, 5])
+        >>> sam.longest_prefix_after(1, [2, 3, 9], 10), sam.longest_prefix_after(3, [2], 10)
+        (2, 0)
+        """
+        trans = self.trans
+        state = trans[0].get(first)
+        if state is None:
+            return 0
+        n = 0
+        end = min(len(tokens), start + max_tokens)
+        for i in range(start, end):
+            state_next = trans[state].get(tokens[i])
+            if state_next is None:
+                break
+            state = state_next
+            n += 1
+        return n
+
     def longest_prefix(self, tokens: Sequence[int], max_tokens: int, start: int = 0) -> int:
         """Length of the longest prefix of `tokens[start:]` that occurs, at most `max_tokens`."""
         trans = self.trans
@@ -165,12 +198,14 @@ class OracleServer:
         scope: str = "session",
         tokenize: Any = None,
         name: str = "oracle",
+        anchored: bool = False,
     ) -> None:
         if scope not in ORACLE_SCOPES:
             raise ValueError(f"oracle scope must be one of {ORACLE_SCOPES}, got {scope!r}")
         if cap_tokens < 1:
             raise ValueError(f"cap_tokens must be >= 1, got {cap_tokens}")
         self.name = name
+        self.anchored = bool(anchored)  # the tree bound (module docstring)
         self.outputs = outputs
         self.cap_tokens = cap_tokens
         self.scope = scope
@@ -232,12 +267,22 @@ class _OracleCall:
         self.doc.restart(list(prompt_ids), self.session.last_doc)
 
     def propose(self, max_tokens: int) -> list[int]:
-        cap = min(max_tokens, self.session.server.cap_tokens)
-        n_local = self.doc.sam.longest_prefix(self.output, cap, self.pos)
+        server = self.session.server
+        cap = min(max_tokens, server.cap_tokens)
+        gsam = server.global_sam
         n_global = 0
-        gsam = self.session.server.global_sam
-        if gsam is not None and n_local < cap:
-            n_global = gsam.longest_prefix(self.output, cap, self.pos)
+        if server.anchored:
+            tokens = self.doc.tokens
+            if not tokens:
+                return []
+            last = tokens[-1]
+            n_local = self.doc.sam.longest_prefix_after(last, self.output, cap, self.pos)
+            if gsam is not None and n_local < cap:
+                n_global = gsam.longest_prefix_after(last, self.output, cap, self.pos)
+        else:
+            n_local = self.doc.sam.longest_prefix(self.output, cap, self.pos)
+            if gsam is not None and n_local < cap:
+                n_global = gsam.longest_prefix(self.output, cap, self.pos)
         n = max(n_local, n_global)
         self.last_match_length = n
         self.last_source = "global" if n_global > n_local else "session"

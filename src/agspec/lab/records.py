@@ -53,8 +53,10 @@ class ReplaySession:
         return sum(len(c.output_ids) for c in self.calls)
 
 
-# Columns of a step record, in the order they are written. `batch_step` is the index of
-# the batched verification step this row belonged to; `num_active` the requests in it.
+# Columns of a step record, in the order they are written. `drafted` counts tree nodes
+# for a tree draft; `first_branch_accepted` is the accept length its first branch alone
+# would have had (= `accepted` for a chain). `batch_step` is the index of the batched
+# verification step this row belonged to; `num_active` the requests in it.
 STEP_COLUMNS: tuple[str, ...] = (
     "session",
     "call_index",
@@ -69,6 +71,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "match_length",
     "source_corpus",
     "draft_ns",
+    "first_branch_accepted",
     "batch_step",
     "num_active",
 )

@@ -5,7 +5,8 @@ size) from a `DrafterContext` (`agspec.drafter.factory`): the token-id documents
 other fold (see `agspec.lab.run`; a drafter that has no global corpus ignores them), the
 tokenizer, the cost model, the batch size and the profiled caps. The entries, in order:
 `ar`, every baseline of `agspec.baselines.registry.BASELINES`, every AgSpec variant of
-`agspec.drafter.variants.VARIANTS`; `oracle` is built by the run itself.
+`agspec.drafter.variants.VARIANTS`; `oracle` and `oracle-tree` (the bound of any
+retrieval tree, `agspec.lab.oracle`) are built by the run itself.
 
 >>> server = make_server("ar", global_docs=[[1, 2, 3]], tokenizer=None, cost_model=None,
 ...                      batch_size=1)
@@ -32,6 +33,8 @@ def _ar(ctx: DrafterContext) -> Any:
 
 
 ORACLE = "oracle"  # built by the run itself (it reads the recorded outputs): reserved
+ORACLE_TREE = "oracle-tree"  # the tree bound (`OracleServer(anchored=True)`): reserved
+ORACLES = (ORACLE, ORACLE_TREE)
 
 DRAFTERS: Registry[DrafterFactory] = Registry("drafter", hint=renamed_hint)
 DRAFTERS.register("ar", _ar, help="autoregressive decoding: never drafts")
@@ -47,14 +50,14 @@ def register_drafter(name: str, factory: DrafterFactory, *, help: str = "") -> N
 
     In this process only: a worker started by `spawn` knows the built-in names alone.
     """
-    if name == ORACLE:
+    if name in ORACLES:
         raise ValueError(f"drafter name {name!r} is reserved")
     DRAFTERS.register(name, factory, help=help)
 
 
 def drafter_names() -> list[str]:
     """Every name `agspec replay --drafters` accepts."""
-    return [*DRAFTERS.names(), ORACLE]
+    return [*DRAFTERS.names(), *ORACLES]
 
 
 def make_server(
@@ -89,7 +92,7 @@ def preload_drafters(
     a long run goes on cannot break it halfway. Unknown names raise `ValueError`.
     """
     for name in names:
-        if name == ORACLE:
+        if name in ORACLES:
             continue
         server = make_server(
             name, global_docs=[], tokenizer=tokenizer, cost_model=cost_model, batch_size=batch_size

@@ -36,7 +36,7 @@ from typing import Any
 from agspec._files import atomic_write_text
 from agspec.lab.oracle import ORACLE_SCOPES, OracleServer
 from agspec.lab.records import ReplayCall, ReplaySession, StepRecorder, write_steps
-from agspec.lab.registry import ORACLE, drafter_names, make_server, preload_drafters
+from agspec.lab.registry import ORACLE_TREE, ORACLES, drafter_names, make_server, preload_drafters
 from agspec.lab.simulator import BATCH_COST_RULES, BatchResult, replay_batched
 from agspec.policy.caps import ProfiledCap
 
@@ -265,7 +265,7 @@ def make_servers(
         folds = global_docs_by_fold(sessions, include_prompts=config.global_prompts)
     servers: dict[int, Any] = {}
     for fold in (0, 1):
-        if name == ORACLE:
+        if name in ORACLES:
             tokenize = tokenizer.encode if tokenizer is not None else None
             servers[fold] = OracleServer(
                 {s.session_id: [c.output_ids for c in s.calls] for s in sessions},
@@ -273,6 +273,8 @@ def make_servers(
                 cap_tokens=config.oracle_cap_tokens,
                 scope=config.oracle_scope,
                 tokenize=tokenize,
+                name=name,
+                anchored=name == ORACLE_TREE,
             )
         else:
             servers[fold] = make_server(

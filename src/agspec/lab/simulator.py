@@ -20,6 +20,12 @@ With `batch_cost="mean"` (default),
 requests' tokens into one ragged batch without per-request padding, so the verification
 work follows the total token count, `num_active * (1 + mean draft)`. `"max"` models a
 padded batch (every request padded to the longest draft, as static-shape engines do).
+Token trees: a drafter whose calls have `propose_tree(max_nodes)` (a `DraftTree`,
+`agspec.drafter.tree`) is verified as a tree: the longest root path the recorded output
+follows, plus the bonus token. Its step is priced by its node count (every node is one
+token of the verification batch), and the step row records how far the first branch alone
+would have got (`first_branch_accepted`), so the share of steps a later branch won is
+known. A malformed tree is refused before verification (`check_tree`).
 AR is the same schedule with no drafts (`n_tokens = 1`), computed in closed form by
 `ar_time_ms`. Speedup = AR time / speculative time: throughput over AR in the same run.
 """
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agspec.drafter.protocol import greedy_commit
+from agspec.drafter.tree import DraftTree, check_tree, tree_commit
 from agspec.lab.records import ReplaySession, StepRecorder
 
 BATCH_COST_RULES = ("mean", "max")
@@ -104,7 +111,7 @@ class BatchResult:
     num_output_tokens: int
     num_steps: int  # request steps (one per verification of one request)
     num_batch_steps: int
-    num_drafted_tokens: int
+    num_drafted_tokens: int  # draft tokens, tree nodes for a tree drafter
     num_accepted_tokens: int
     spec_ms: float
     ar_ms: float
@@ -123,6 +130,20 @@ class BatchResult:
     steady: bool = False
     filler_tokens: int = 0
     filler_draft_ns: int = 0
+    # Steps whose accepted path left the draft's first branch (a tree beat its own chain),
+    # and the accept lengths the first branches alone would have had.
+    num_branch_wins: int = 0
+    num_first_branch_accepted: int = 0
+
+    @property
+    def drafted_per_step(self) -> float:
+        """Draft tokens (tree nodes) per request step."""
+        return self.num_drafted_tokens / self.num_steps if self.num_steps else 0.0
+
+    @property
+    def branch_win_share(self) -> float:
+        """Share of request steps won by a branch other than the first."""
+        return self.num_branch_wins / self.num_steps if self.num_steps else 0.0
 
     @property
     def mean_accept_length(self) -> float:
@@ -185,6 +206,12 @@ class BatchResult:
             "num_drafted_tokens": self.num_drafted_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,
             "mean_accept_length": self.mean_accept_length,
+            "drafted_per_step": self.drafted_per_step,
+            "num_branch_wins": self.num_branch_wins,
+            "branch_win_share": self.branch_win_share,
+            "first_branch_accept_length": (
+                self.num_first_branch_accepted / self.num_steps if self.num_steps else 0.0
+            ),
             "tokens_per_step": self.tokens_per_step,
             "spec_ms": self.spec_ms,
             "ar_ms": self.ar_ms,
@@ -290,19 +317,40 @@ def _session_steps(
         num_out = len(out)
         pos = 0
         step = 0
+        propose_tree = getattr(drafter, "propose_tree", None)
         while pos < num_out:
             w0 = wall()
             c0 = cpu()
-            draft = drafter.propose(max_draft_tokens)
-            c1 = cpu()
-            w1 = wall()
-            num_drafted = len(draft)
+            if propose_tree is not None:
+                tree = propose_tree(max_draft_tokens)
+                c1 = cpu()
+                w1 = wall()
+                if not isinstance(tree, DraftTree):
+                    raise TypeError(
+                        f"drafter {getattr(server, 'name', server)!r}: propose_tree must "
+                        f"return a DraftTree, got {type(tree).__name__}"
+                    )
+                check_tree(
+                    tree.token_ids,
+                    tree.parents,
+                    what=f"drafter {getattr(server, 'name', server)!r}'s tree",
+                )
+                num_drafted = len(tree.token_ids)
+            else:
+                draft = drafter.propose(max_draft_tokens)
+                c1 = cpu()
+                w1 = wall()
+                num_drafted = len(draft)
             if num_drafted > max_draft_tokens:
                 raise ValueError(
                     f"drafter {getattr(server, 'name', server)!r} proposed {num_drafted} "
                     f"tokens, more than the {max_draft_tokens} asked for"
                 )
-            accepted, committed_ids = greedy_commit(draft, out, pos)
+            if propose_tree is not None:
+                accepted, committed_ids, first = tree_commit(tree, out, pos)
+            else:
+                accepted, committed_ids = greedy_commit(draft, out, pos)
+                first = accepted
             committed = len(committed_ids)
             match_length = getattr(drafter, "last_match_length", None)
             source = getattr(drafter, "last_source", None)
@@ -326,6 +374,7 @@ def _session_steps(
                 match_length,
                 source,
                 max(0, c1 - c0 - cpu_bias) + max(0, c3 - c2 - cpu_bias) + overhead_ns,
+                first,
             ]
             overhead_ns = 0
             pos += committed
@@ -429,6 +478,7 @@ def replay_batched(
     spec = 0.0
     batch_step = 0
     num_steps = num_drafted = num_accepted = num_tokens = 0
+    num_first = num_wins = 0
     use_max = batch_cost == "max"
     timer = StepTimer(cost_model, decode_step_ms=decode_step_ms)
     full_tokens = 0
@@ -489,6 +539,9 @@ def replay_batched(
             if drafted > longest:
                 longest = drafted
             num_accepted += row[8]
+            num_first += row[13]
+            if row[8] > row[13]:
+                num_wins += 1
             step_tokens += row[9]
             draft_ns += row[12]
             row.append(batch_step)
@@ -534,4 +587,6 @@ def replay_batched(
         steady=fillers is not None,
         filler_tokens=filler_tokens,
         filler_draft_ns=filler_ns,
+        num_branch_wins=num_wins,
+        num_first_branch_accepted=num_first,
     )

@@ -1,0 +1,212 @@
+"""Token trees (beyond the paper): merge candidate branches, score each node, size the tree
+with the cost rule.
+
+Candidates are continuations from several occurrences and every corpus, the first one
+the chain the drafter would draft alone (`agspec.drafter.call`). `merge_branches` puts
+them in one trie (identical prefixes merged, each node counting the branches through it:
+its support) and `node_probabilities` scores each node with an estimate of the chance
+the model's output reaches it:
+
+- the first child of a node continues the branch that made it:
+  p(child) = p(node) · S(d) / S(d − 1), S that branch's acceptance curve (the per-agent
+  survival by match length, `MatchSurvival`) and d the child's depth: along the chain
+  this is S(d) itself;
+- every other child is an alternative, tried when the children before it are wrong
+  (ranked in the order their branches came: the drafter puts the longest match first):
+  p(alt) = (p(node) − Σ p(earlier children)) · q_a(support), q_a learned online per agent
+  and support (`BranchRates`: how often an alternative of that support, the number of
+  candidates through it, was the right token when the ones before it were not).
+
+A node is never likelier than its parent, so the nodes sorted by p (ties: the earlier
+node) list every parent before its children, and the best tree of n nodes is the first n
+of them. `size_tree` then picks n as the chain rule picks a length
+(`agspec.policy.cost_length`): at batch size 1 the n maximizing (1 + Σ p) / c(n + 1),
+at larger batches Σ p − price(n) at the batch's prices. Where a wider tree does not pay
+(a CPU profile: each verified token costs), it keeps the chain's nodes, or none.
+
+>>> tokens, parents, support, curve_of = merge_branches([[7, 8, 9], [7, 4], [7, 8, 9]])
+>>> tokens, parents, support
+([7, 8, 9, 4], [-1, 0, 1, 0], [3, 2, 2, 1])
+>>> p = node_probabilities(parents, support, curve_of, [[0.9, 0.5, 0.4], [0.6, 0.3], []],
+...                        lambda s: 0.5)
+>>> [round(x, 3) for x in p]     # 7: 0.9, 8: 0.5, 9: 0.4, 4: (0.9 - 0.5) * 0.5
+[0.9, 0.5, 0.4, 0.2]
+>>> size_tree(p, [1.0] * 5, 4)   # flat costs (a big GPU at batch 1): every node pays
+[0, 1, 2, 3]
+>>> size_tree(p, [1.0, 1.2, 1.5, 2.0, 2.6], 4)   # 2.4 / 1.5 beats 2.8 / 2.0
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from agspec.policy.cost_length import best_length, best_length_at_prices
+
+__all__ = ["BranchRates", "merge_branches", "node_probabilities", "size_tree"]
+
+# Supports above this share one rate (a node most candidates agree on).
+MAX_SUPPORT_BUCKET = 4
+
+
+class BranchRates:
+    """q_a(support): P(an alternative child is the right token | its parent was reached
+    and the children ranked before it were wrong), per agent and support bucket (1 ..
+    MAX_SUPPORT_BUCKET), learned online from every verified tree, with a prior of
+    `prior` at weight `prior_weight` (a fifth: the right token is among the top-3
+    continuations in about a fifth of the steps that fail on the first draft token,
+    docs/drafter.md's step breakdown).
+
+    >>> r = BranchRates(prior=0.2, prior_weight=4.0)
+    >>> r.rate("coder", 1)
+    0.2
+    >>> r.observe("coder", 1, True); round(r.rate("coder", 1), 3)   # (0.8 + 1) / 5
+    0.36
+    """
+
+    def __init__(self, *, prior: float = 0.2, prior_weight: float = 4.0) -> None:
+        if not 0.0 < prior < 1.0 or not prior_weight > 0:
+            raise ValueError(
+                f"need prior in (0, 1) and prior_weight > 0, got {prior!r} and {prior_weight!r}"
+            )
+        self.prior, self.prior_weight = float(prior), float(prior_weight)
+        # (agent, support bucket) -> [trials, successes], the prior included
+        self._counts: dict[tuple[str, int], list[float]] = {}
+
+    def rate(self, agent: str, support: int) -> float:
+        counts = self._counts.get((agent, min(support, MAX_SUPPORT_BUCKET)))
+        if counts is None:
+            return self.prior
+        return counts[1] / counts[0]
+
+    def rates_for(self, agent: str) -> Callable[[int], float]:
+        """q_a as a function of the support, for one agent (one tree's scoring)."""
+        return lambda support: self.rate(agent, support)
+
+    def observe(self, agent: str, support: int, right: bool) -> None:
+        key = (agent, min(support, MAX_SUPPORT_BUCKET))
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = [self.prior_weight, self.prior * self.prior_weight]
+        counts[0] += 1.0
+        if right:
+            counts[1] += 1.0
+
+
+def merge_branches(
+    branches: Sequence[Sequence[int]], weights: Sequence[int] | None = None
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """One trie of the branches, in topological order: (tokens, parents, support,
+    curve_of). The first branch's nodes come first, in order (it stays the tree's first
+    branch); each later branch walks the nodes it shares with earlier ones (their support
+    grows by its weight, 1 by default: a branch found that many times) and adds the rest.
+    `curve_of[i]` is the branch that made node i. A branch's new nodes are consecutive,
+    each the first child of the one before (`node_probabilities` relies on it)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    support: list[int] = []
+    curve_of: list[int] = []
+    # (parent, token) -> child: one dict for every edge of the trie.
+    edges: dict[tuple[int, int], int] = {}
+    for b, branch in enumerate(branches):
+        w = 1 if weights is None else weights[b]
+        node = -1
+        j = 0
+        n = len(branch)
+        while j < n:
+            child = edges.get((node, branch[j]))
+            if child is None:
+                break
+            support[child] += w
+            node = child
+            j += 1
+        if j == n:
+            continue
+        # The rest is new: consecutive nodes, each hanging from the one before.
+        start = len(tokens)
+        rest = branch[j:]
+        k = len(rest)
+        tokens.extend(rest)
+        parents.append(node)
+        parents.extend(range(start, start + k - 1))
+        support.extend([w] * k)
+        curve_of.extend([b] * k)
+        edges.update(zip(zip(parents[start:], rest), range(start, start + k)))
+    return tokens, parents, support, curve_of
+
+
+def node_probabilities(
+    parents: Sequence[int],
+    support: Sequence[int],
+    curve_of: Sequence[int],
+    curves: Sequence[Sequence[float]],
+    rate: Callable[[int], float],
+) -> list[float]:
+    """p of every node (see the module docstring) of a `merge_branches` trie;
+    `curves[b]` is branch b's acceptance curve [S(1), S(2), ...] (a node deeper than its
+    curve gets p = 0) and `rate(support)` is q_a. Alternatives of one node are ranked in
+    the order their branches came.
+
+    One step per run of new nodes of a branch (`merge_branches`): its first node is the
+    first child of its parent or an alternative; the rest follow its curve, p(d) =
+    p(first) · S(d) / S(d0)."""
+    n = len(parents)
+    p = [0.0] * n
+    depth = [0] * n
+    # Mass of each node not yet given to a child; absent: no child yet.
+    free: dict[int, float] = {}
+    start = 0
+    while start < n:
+        b = curve_of[start]
+        end = start + 1
+        while end < n and curve_of[end] == b and parents[end] == end - 1:
+            end += 1
+        par = parents[start]
+        p_par = p[par] if par >= 0 else 1.0
+        d0 = depth[par] + 1 if par >= 0 else 1
+        curve = curves[b]
+        rem = free.get(par)
+        if d0 > len(curve):
+            p0 = 0.0
+        elif rem is None:  # the parent's first child: its branch goes on
+            before = curve[d0 - 2] if d0 >= 2 else 1.0
+            h = curve[d0 - 1] / before if before > 0 else 0.0
+            p0 = p_par * (h if h < 1.0 else 1.0)
+        else:
+            p0 = rem * rate(support[start]) if rem > 0.0 else 0.0
+        free[par] = (p_par if rem is None else rem) - p0
+        p[start] = p0
+        depth[start] = d0
+        # The run's other nodes: along the curve, relative to its first node.
+        last = min(end, start + len(curve) - d0 + 1)
+        base = curve[d0 - 1] if d0 <= len(curve) else 0.0
+        if base > 0.0 and p0 > 0.0:
+            # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
+            for i in range(start + 1, last):
+                p[i] = p0 * (curve[d0 - 1 + i - start] / base)
+        for i in range(start + 1, end):
+            depth[i] = d0 + i - start
+            free[i - 1] = p[i - 1] - p[i]
+        start = end
+    return p
+
+
+def size_tree(
+    probabilities: Sequence[float],
+    step_costs: Sequence[float] | None,
+    budget: int,
+    *,
+    prices: Sequence[float] | None = None,
+) -> list[int]:
+    """The nodes to draft, in node order: the first n of the nodes sorted by p (ties: the
+    earlier node), n the best count in [0, budget] by the chain's rule at these step costs
+    (`best_length`; step_costs[k-1] the cost of verifying k tokens) or, given `prices`
+    (`batch_prices` at a batch step), `best_length_at_prices`."""
+    order = sorted(range(len(probabilities)), key=lambda i: (-probabilities[i], i))
+    ranked = [probabilities[i] for i in order]
+    if prices is not None:
+        n = best_length_at_prices(ranked, prices, budget)
+    else:
+        assert step_costs is not None
+        n = best_length(ranked, step_costs, budget)
+    return sorted(order[:n])

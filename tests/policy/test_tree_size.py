@@ -1,0 +1,128 @@
+"""Tree scoring and sizing against brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agspec.policy.cost_length import batch_prices
+from agspec.policy.tree_size import BranchRates, merge_branches, node_probabilities, size_tree
+
+
+@st.composite
+def scored_trees(draw):
+    branches = draw(
+        st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), min_size=1, max_size=4)
+    )
+    tokens, parents, support, curve_of = merge_branches(branches)
+    curves = []
+    for _ in branches:
+        steps = draw(st.lists(st.floats(0.0, 1.0), min_size=0, max_size=4))
+        curve, s = [], 1.0
+        for h in steps:
+            s *= h
+            curve.append(s)
+        curves.append(curve)
+    q = draw(st.floats(0.0, 1.0))
+    p = node_probabilities(parents, support, curve_of, curves, lambda _s: q)
+    return branches, tokens, parents, support, p
+
+
+@settings(max_examples=300, deadline=None)
+@given(scored_trees())
+def test_merge_keeps_every_branch_and_merges_shared_prefixes(case):
+    branches, tokens, parents, support, _ = case
+    paths = set()
+    for node in range(len(tokens)):
+        path, i = [], node
+        while i >= 0:
+            path.append(tokens[i])
+            i = parents[i]
+        paths.add(tuple(reversed(path)))
+    prefixes = {tuple(b[:k]) for b in branches for k in range(1, len(b) + 1)}
+    assert paths == prefixes  # every prefix once: identical prefixes merged
+    # Support: how many branches pass through each node.
+    for node in range(len(tokens)):
+        path, i = [], node
+        while i >= 0:
+            path.append(tokens[i])
+            i = parents[i]
+        path.reverse()
+        assert support[node] == sum(1 for b in branches if b[: len(path)] == path)
+    # The first branch is nodes 0 .. len - 1 in order.
+    assert tokens[: len(branches[0])] == branches[0]
+    assert parents[: len(branches[0])] == list(range(-1, len(branches[0]) - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(scored_trees())
+def test_a_node_is_never_likelier_than_its_parent_and_siblings_share_its_mass(case):
+    _, tokens, parents, _, p = case
+    for i, par in enumerate(parents):
+        assert 0.0 <= p[i] <= (p[par] if par >= 0 else 1.0) + 1e-12
+    for node in range(-1, len(tokens)):
+        kids = [i for i, par in enumerate(parents) if par == node]
+        # Disjoint events: the children together are no likelier than the node.
+        assert sum(p[i] for i in kids) <= (p[node] if node >= 0 else 1.0) + 1e-9
+
+
+def _closed(subset, parents):
+    return all(parents[i] < 0 or parents[i] in subset for i in subset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scored_trees(),
+    st.lists(st.floats(1.0, 3.0), min_size=12, max_size=12),
+    st.integers(0, 12),
+)
+def test_size_tree_is_the_best_tree_by_brute_force(case, raw_costs, budget):
+    """Over every parent-closed subset of at most `budget` nodes, none has a better
+    (1 + Σ p) / c(n + 1) than size_tree's pick, and the pick is parent-closed."""
+    _, tokens, parents, _, p = case
+    costs = [1.0]
+    for c in raw_costs:
+        costs.append(max(costs[-1], c))  # a step never costs less with more tokens
+    n = len(tokens)
+    if n > 10:
+        return
+    keep = size_tree(p, costs, budget)
+    assert len(keep) <= budget and _closed(set(keep), parents)
+    value = (1 + sum(p[i] for i in keep)) / costs[len(keep)]
+    best = 1.0
+    for k in range(0, min(n, budget) + 1):
+        for subset in itertools.combinations(range(n), k):
+            if _closed(set(subset), parents):
+                best = max(best, (1 + sum(p[i] for i in subset)) / costs[k])
+    assert value == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+def test_size_tree_at_batch_prices_is_the_batch_rule():
+    p = [0.9, 0.5, 0.4, 0.2]
+    costs = [1.0 + 0.25 * k for k in range(6)]
+    prices = batch_prices(costs, batch_size=4, mean_draft=2.0, mean_committed=2.0)
+    keep = size_tree(p, None, 4, prices=prices)
+    gains = [sum(sorted(p, reverse=True)[:n]) - prices[n] for n in range(5)]
+    assert len(keep) == max(range(5), key=lambda n: (gains[n], -n))
+
+
+def test_branch_rates_learn_per_agent_and_support():
+    rates = BranchRates(prior=0.2, prior_weight=4.0)
+    for _ in range(6):
+        rates.observe("coder", 2, True)
+    rates.observe("coder", 9, False)  # supports above 4 share one bucket
+    assert rates.rate("coder", 2) == pytest.approx((0.8 + 6) / 10)
+    assert rates.rate("coder", 4) == pytest.approx(0.8 / 5)
+    assert rates.rate("reviewer", 2) == 0.2
+    with pytest.raises(ValueError, match="prior in"):
+        BranchRates(prior=1.5)
+
+
+def test_a_tiny_curve_does_not_overflow_the_scores():
+    # A branch whose curve starts at the smallest float: p stays within its parent's.
+    tokens, parents, support, curve_of = merge_branches([[1], [0, 0]])
+    p = node_probabilities(parents, support, curve_of, [[0.0], [5e-324, 5e-324]], lambda s: 1.0)
+    assert p == [0.0, 1.0, 1.0]
