@@ -16,7 +16,6 @@ in the baseline, after `malloc_trim`), each as a share of the budget.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import subprocess
 import sys
@@ -24,11 +23,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from devtraces import DIRS, dev_sessions
+from devtraces import DIRS, begin_call, dev_sessions
 
+from agspec._memory import release_free_memory
 from agspec.cli.serve_cmd import parse_size
 from agspec.drafter import VARIANTS, AgSpecServer
-from agspec.drafter.protocol import accept_length
+from agspec.lab.greedy import greedy_replay
 from agspec.policy.costmodel import ProfileCostModel, break_even_accept_prob
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import render_call
@@ -63,24 +63,14 @@ def child(budget: int, passes: int, max_calls: int) -> dict[str, float]:
     server = AgSpecServer(tokenizer=tok, config=cfg, cost_model=cost_model)
     # Give back the tokenizer's freed scratch memory first, or the corpora would grow
     # into it unseen and the baseline would hide them.
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    release_free_memory()
     base = _rss_bytes()
     peak_rss = peak_bytes = fed = 0
     t0 = time.perf_counter()
     for p in range(passes):
         for sid, c, prompt, out in calls:
-            sess = server.session(f"{sid}#{p}", emission_format=c.emission_format)
-            for a in c.artifacts:
-                if a.text:
-                    sess.open_artifact(a.path, a.text)
-            d = sess.call(c.agent, c.role, c.turn)
-            d.begin(prompt)
-            i = 0
-            while i < len(out):
-                draft = d.propose(16)
-                commit = out[i : i + accept_length(draft, out[i:]) + 1]
-                d.accept(commit)
-                i += len(commit)
+            d = begin_call(server, f"{sid}#{p}", c, prompt)
+            greedy_replay(d, out, 16)
             d.end()
             fed += len(prompt) + len(out)
             peak_rss = max(peak_rss, _rss_bytes() - base)
