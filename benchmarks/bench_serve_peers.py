@@ -144,12 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--llama-server", default=None, help="binary (default: build/cached)")
     ap.add_argument("--spec-types", nargs="+", default=list(LLAMA_TYPES))
-    ap.add_argument("--quick", action="store_true",
-                    help="16 calls, 96 tokens, concurrency 1 and 4, ngram-mod only")  # fmt: skip
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="12 calls, 96 tokens, concurrency 1, 4; llama-server none, ngram-mod",
+    )
     ap.add_argument("-o", "--out", default=None)
     args = ap.parse_args(argv)
     if args.quick:
-        args.calls, args.max_tokens, args.concurrency = 16, 96, [1, 4]
+        args.calls, args.max_tokens, args.concurrency = 12, 96, [1, 4]
         args.spec_types = ["none", "ngram-mod"]
     from agspec.models import resolve_model
     from agspec.serve.launch import ServerProcess
