@@ -302,3 +302,39 @@ def test_no_slot_within_the_queue_timeout_gets_503(two_slots) -> None:
     assert int(r.headers["Retry-After"]) >= 1
     wait_until(lambda: srv.get_json("/health")["running"] == 0)
     assert chat(srv, [{"role": "user", "content": "Say hi."}], max_tokens=4).choices
+
+
+def test_a_wrong_cost_profile_heals_within_200_steps(model_path, tmp_path) -> None:
+    """Started with a profile where every extra token costs a whole step (drafting never
+    pays), the default drafter drafts again within 200 verification steps of repetitive
+    traffic: the server's own timed steps (and probes) correct the profile."""
+    wrong = {
+        "format": "agspec-cost-profile", "version": 1, "backend": "llama.cpp",
+        "model": MODEL, "device": "cpu (deliberately wrong)", "context_tokens": 512,
+        "batch_sizes": {"1": {"n_tokens": list(range(1, 34)),
+                              "step_ms": [20.0 * n for n in range(1, 34)]}},
+    }  # fmt: skip
+    path = tmp_path / "wrong.json"
+    path.write_text(json.dumps(wrong))
+    srv = _start(["--parallel", "1", "--drafter", "agspec", "--cost-profile", str(path)])
+    try:
+        assert "drafting never pays" in srv.log()
+        text = ("def area(width, height):\n    return width * height\n\n"
+                "def perimeter(width, height):\n    return 2 * (width + height)\n")  # fmt: skip
+        ask = [{"role": "user", "content": f"Repeat this code exactly:\n{text}"}]
+        steps = drafted = calls = 0
+        while drafted == 0 and steps <= 200:
+            r = chat(srv, ask, user="heal", max_tokens=48)
+            a = r.model_extra["agspec"]
+            steps += a["steps"]
+            drafted = a["drafted_tokens"]
+            calls += 1
+        health = srv.get_json("/health")["cost_profile"]
+        print(f"\nwrong profile: drafting again after {steps} verification steps ({calls} "
+              f"calls); live step costs {health['step_cost']['1']}")  # fmt: skip
+        assert drafted > 0, f"no draft after {steps} steps: {health}"
+        assert steps <= 200
+        assert health["live_samples"] > 0 and health["source"] == str(path)
+        assert srv.metrics()["agspec_cost_profile_live_samples"] > 0
+    finally:
+        assert srv.stop() == 0

@@ -11,7 +11,7 @@ This module knows llama.cpp's low-level API (`llama_batch`, `llama_decode`,
 `llama_get_logits`, `llama_memory_seq_rm`) and nothing of requests, drafting or HTTP.
 
 Example with concrete tokens: slot 0 holds `[5, 6, 7]` (KV), slot 1 holds `[]`;
-`decode([(0, [8, 9], 2), (1, [1, 2, 3], 0)])` evaluates 8, 9 at positions 3, 4 of
+`decode([(0, [8, 9], 0, 2), (1, [1, 2, 3], 0, 0)])` evaluates 8, 9 at positions 3, 4 of
 sequence 0 and 1, 2, 3 at positions 0, 1, 2 of sequence 1 in one pass, and returns the
 logits of the two rows asked for (8's and 9's) as a `[2, n_vocab]` array; `keep(0, 4)`
 then drops 9's KV again (a rejected draft token).
@@ -138,26 +138,27 @@ class SlotDecoder:
         for c in self.cached:
             c.clear()
 
-    def decode(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> np.ndarray:
-        """Evaluate every `(slot, tokens, num_out)` of `parts` in one `llama_decode`.
+    def decode(self, parts: Sequence[tuple[int, Sequence[int], int, int]]) -> np.ndarray:
+        """Evaluate every `(slot, tokens, out_start, out_stop)` of `parts` in one
+        `llama_decode`.
 
-        `tokens` are appended to the slot's sequence; the logits of the last `num_out` of
-        them are returned, the rows of every part in order, as a `[sum num_out, n_vocab]`
+        `tokens` are appended to the slot's sequence; the logits of `tokens[out_start:
+        out_stop]` are returned, the rows of every part in order, as a `[rows, n_vocab]`
         float32 view that stays valid until the next `decode` (copy what must outlive it).
         """
-        total = sum(len(t) for _, t, _ in parts)
+        total = sum(len(p[1]) for p in parts)
         if total == 0:
             return np.zeros((0, self.n_vocab), dtype=np.float32)
         if total > self.n_batch:
             raise ValueError(f"a step of {total} tokens does not fit n_batch {self.n_batch}")
         row = 0
         num_rows = 0
-        for slot, tokens, num_out in parts:
+        for slot, tokens, out_start, out_stop in parts:
             if not 0 <= slot < self.num_slots:
                 raise ValueError(f"slot {slot} is outside [0, {self.num_slots})")
             n = len(tokens)
-            if not 0 <= num_out <= n:
-                raise ValueError(f"num_out must be in [0, {n}], got {num_out}")
+            if not 0 <= out_start <= out_stop <= n:
+                raise ValueError(f"rows [{out_start}, {out_stop}) are outside [0, {n}]")
             start = len(self.cached[slot])
             if start + n > self.slot_ctx_tokens:
                 raise ValueError(
@@ -167,18 +168,18 @@ class SlotDecoder:
             self._token[row : row + n] = tokens
             self._pos[row : row + n] = np.arange(start, start + n, dtype=np.int32)
             self._logits_flag[row : row + n] = 0
-            self._logits_flag[row + n - num_out : row + n] = 1
+            self._logits_flag[row + out_start : row + out_stop] = 1
             for i in range(row, row + n):
                 if self._slot_of_row[i] != slot:
                     self._seq_ptrs[i][0] = slot
                     self._slot_of_row[i] = slot
             row += n
-            num_rows += num_out
+            num_rows += out_stop - out_start
         self._batch.n_tokens = total
         rc = self._lib.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} for a batch of {total} tokens")
-        for slot, tokens, _ in parts:
+        for slot, tokens, _, _ in parts:
             self.cached[slot].extend(int(t) for t in tokens)
         if num_rows == 0:
             return np.zeros((0, self.n_vocab), dtype=np.float32)

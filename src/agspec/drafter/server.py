@@ -248,6 +248,23 @@ class AgSpecServer:
                 self.tree_step_costs = self._tree_costs(batch_size)
         lengths.batch_size = batch_size
 
+    def set_cost_model(self, cost_model: Any) -> None:
+        """Prices the cost rule with `cost_model` from now on (a profile an engine keeps
+        correcting from its own timed steps: `agspec.serve.cost_online`): the step costs
+        of every batch size are computed again when next used, the current one at once.
+        Other length modes only keep it.
+
+        >>> # server.set_cost_model(live_profile)   # after the live medians moved
+        """
+        self._cost_model = cost_model
+        self._step_costs_at.clear()
+        if self.cost_mode:
+            b = self.lengths.batch_size
+            top = self.config.cost_max_draft_tokens + 1
+            raw = [cost_model.step_cost(n, b) for n in range(1, top + 1)]
+            costs = self._step_costs_at[b] = self.lengths.normalized_costs(raw)
+            self.lengths.step_costs = costs
+
     def open_history(self) -> tuple[Any, int] | None:
         """A new document of the history corpus for one call's output: (index, doc id), or
         None when the history corpus is off. The call appends every token it commits, as

@@ -227,7 +227,9 @@ def create_app(engine: Engine, *, drain_timeout_s: float = 30.0) -> FastAPI:
             "drafter": engine.config.drafter,
             "queue_depth": engine.queue_depth,
             "running": engine.running,
+            "parallel": engine.config.parallel,
             "sessions": len(engine.resolver),
+            "cost_profile": engine.cost_summary,
         }
 
     @app.get("/v1/models")

@@ -46,7 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agspec.serve")
 
-__all__ = ["BatchLoop"]
+__all__ = ["BatchLoop", "PROBE_EVERY_STEPS"]
+
+# At most one probe step (`BatchLoop._probe`) in this many steps.
+PROBE_EVERY_STEPS = 4
 
 
 @dataclass
@@ -68,6 +71,7 @@ class _Running:
     prefilled: int = 0
     decoding: bool = False
     pending: int = -1
+    evaluated: int = 0  # tokens of this request in the last step (pending, draft, probe)
     draft: list[int] = field(default_factory=list)
     committed: list[int] | None = None  # for the drafter's next accept (step_batch)
     tokens: list[int] = field(default_factory=list)
@@ -87,7 +91,8 @@ def _timeout_error(job: Job, what: str) -> APIError:
     bound = job.deadline - job.submitted
     return APIError(
         504,
-        f"the request ran past its time bound of {bound:.0f} s (--request-timeout) {what}",
+        f"the request timed out: it ran past its time bound of {bound:g} s "
+        f"(--request-timeout) {what}",
         type="timeout",
         code="timeout",
     )
@@ -109,8 +114,6 @@ class BatchLoop:
         self.slots: list[_Running | None] = [None] * cfg.parallel
         self._last_used = [0.0] * cfg.parallel
         self.num_steps = 0
-        # The last step's shape and time, for the cost profile (set by `_step`).
-        self.on_step: Any = None
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -248,9 +251,14 @@ class BatchLoop:
         if decoding:
             self._draft(decoding)
         t_decode = time.perf_counter()
-        parts: list[tuple[int, list[int], int]] = []
+        parts: list[tuple[int, list[int], int, int]] = []
+        probe = self._probe(decoding)
         for r in decoding:
-            parts.append((r.slot, [r.pending, *r.draft], 1 + len(r.draft)))
+            toks = [r.pending, *r.draft]
+            if r is probe[0]:
+                toks += probe[1]
+            r.evaluated = len(toks)
+            parts.append((r.slot, toks, 0, 1 + len(r.draft)))
         used = sum(len(p[1]) for p in parts)
         room = cfg.n_batch - used
         chunk_cap = min(room, cfg.prefill_chunk) if decoding else room
@@ -259,7 +267,7 @@ class BatchLoop:
             if r is None or r.decoding or chunk_cap <= 0:
                 continue
             n = min(len(r.prompt) - 1 - r.prefilled, chunk_cap)
-            parts.append((r.slot, r.prompt[r.prefilled : r.prefilled + n], 0))
+            parts.append((r.slot, r.prompt[r.prefilled : r.prefilled + n], 0, 0))
             prefilling.append((r, n))
             chunk_cap -= n
         if not parts:
@@ -269,8 +277,9 @@ class BatchLoop:
         row = 0
         step_tokens = sum(len(p[1]) for p in parts)
         self.num_steps += 1
-        if self.on_step is not None and decoding and not prefilling:
-            self.on_step(len(decoding), step_tokens, (t_verify - t_decode) * 1000.0)
+        if decoding and not prefilling:
+            # A pure decoding step: its time is a sample of the live cost profile.
+            self.engine._observe_step(len(decoding), step_tokens, (t_verify - t_decode) * 1000.0)
         share_s = (t_verify - t_draft) / max(1, len(decoding) + len(prefilling))
         for r in decoding:
             k = 1 + len(r.draft)
@@ -288,6 +297,27 @@ class BatchLoop:
                 eng.metrics.draft_seconds.labels(r.agent_label).inc(per)
                 eng.metrics.verify_seconds.labels(r.agent_label).inc(ver)
                 eng.metrics.verify_steps.labels(r.agent_label).inc()
+
+    def _probe(self, decoding: list[_Running]) -> tuple[_Running | None, list[int]]:
+        """Filler tokens for one request of this step, when the live cost profile wants a
+        sample of a step size it lacks (`LiveCostProfile.wanted_probe`): the request's
+        own recent tokens, after its pending token and draft. Only the rows before them
+        are read and their KV is dropped with the rejected draft, so the output is what it
+        would have been without them."""
+        live = self.engine.live_cost
+        if live is None or self.num_steps % PROBE_EVERY_STEPS:
+            return None, []
+        if any(not r.decoding for r in self.slots if r is not None):
+            return None, []  # a prefill chunk joins this step: its time is no sample
+        k = live.wanted_probe(len(decoding), self.num_steps)
+        if k <= 0:
+            return None, []
+        for r in decoding:
+            room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1
+            if not r.draft and room >= k:
+                recent = (r.prompt + r.tokens)[-k:]
+                return r, (recent * (k // len(recent) + 1))[:k]
+        return None, []
 
     def _draft(self, decoding: list[_Running]) -> None:
         """Every decoding request's next draft, the AgSpec calls in one `step_batch`."""
@@ -341,7 +371,7 @@ class BatchLoop:
                 if i >= len(draft) or token != draft[i]:
                     break
             accepted = len(committed) - 1
-        base = len(self.decoder.cached[r.slot]) - len(rows)
+        base = len(self.decoder.cached[r.slot]) - r.evaluated
         # KV keeps the pending token and the accepted draft; the bonus is pending now.
         self.decoder.keep(r.slot, base + 1 + accepted)
         stop = None

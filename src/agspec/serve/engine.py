@@ -190,6 +190,11 @@ class Engine:
         )
         self.tokenizer = _TokenizerView(self.llm)
         self.drafter_server = self._make_drafter()
+        self.live_cost: Any = None  # LiveCostProfile: the start-up profile, healed online
+        self.cost_summary: dict[str, Any] | None = None  # its last snapshot, for /health
+        self._cost_version = -1
+        if self.cost_profile_path is not None:
+            self._start_live_cost(progress)
         self.resolver = SessionResolver(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions)
         self._expired: collections.deque[str] = collections.deque()
         self.resolver.on_expire = self._expired.append
@@ -294,6 +299,47 @@ class Engine:
             raise ValueError(f"unknown drafter {name!r}; known: {known}")
         ctx = DrafterContext(tokenizer=self.tokenizer, cost_model=cost_model, batch_size=1)
         return BASELINES.get(name)(ctx)
+
+    def _start_live_cost(self, progress: Callable[[str], None]) -> None:
+        from agspec.policy.costmodel import ProfileCostModel
+        from agspec.serve.cost_online import LiveCostProfile, describe_profile
+
+        assert self.cost_profile_path is not None
+        prior = ProfileCostModel.load(self.cost_profile_path)
+        provisional = bool(prior.extra.get("provisional"))
+        self.live_cost = LiveCostProfile(
+            prior, source=str(self.cost_profile_path), provisional=provisional
+        )
+        note = " (provisional: measured on a busy machine)" if provisional else ""
+        progress(f"cost profile{note}: {describe_profile(prior)}; corrected online from "
+                 "this server's own steps")  # fmt: skip
+        self._refresh_cost(force=True)
+
+    def _observe_step(self, batch_size: int, total_tokens: int, ms: float) -> None:
+        """A timed decoding step (worker thread): a live cost sample; every 16 steps the
+        drafter is repriced if the live curve moved."""
+        live = self.live_cost
+        if live is None:
+            return
+        step = self.loop.num_steps
+        live.add(batch_size, total_tokens, ms, step=step)
+        if step % 16 == 0:
+            self._refresh_cost()
+
+    def _refresh_cost(self, *, force: bool = False) -> None:
+        live = self.live_cost
+        if live is None or (live.version == self._cost_version and not force):
+            return
+        self._cost_version = live.version
+        setter = getattr(self.drafter_server, "set_cost_model", None)
+        if setter is not None and live.num_samples:
+            setter(live)
+        summary = live.summary()
+        self.cost_summary = summary
+        self.metrics.cost_samples.set(summary["live_samples"])
+        for b, costs in summary["step_cost"].items():
+            for n, c in costs.items():
+                self.metrics.step_cost.labels(b, n).set(c)
 
     def settings(self) -> dict[str, Any]:
         c = self.config

@@ -18,7 +18,8 @@ Server-wide: `agspec_queue_depth`, `agspec_running_requests`, `agspec_sessions`,
 `agspec_session_requests_total{kind}` (kind: new, continued, explicit),
 `agspec_session_known_messages_total` (messages of requests their session had already
 seen), `agspec_cancelled_total{reason}`, `agspec_rejected_total{reason}`,
-`agspec_request_seconds` (histogram).
+`agspec_request_seconds` (histogram), `agspec_cost_profile_live_samples`,
+`agspec_step_cost{batch_size, n_tokens}` (the live cost profile, `agspec.serve.cost_online`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,17 @@ class ServeMetrics:
         )
         self.rejected = Counter(
             "agspec_rejected", "Requests refused before decoding", ["reason"], registry=r
+        )
+        self.cost_samples = Gauge(
+            "agspec_cost_profile_live_samples",
+            "Timed decoding steps the live cost profile holds",
+            registry=r,
+        )
+        self.step_cost = Gauge(
+            "agspec_step_cost",
+            "Cost of a step of n_tokens per request, in plain steps, as the drafter prices it",
+            ["batch_size", "n_tokens"],
+            registry=r,
         )
         self.latency = Histogram(
             "agspec_request_seconds",

@@ -1,0 +1,210 @@
+"""`agspec serve` against llama.cpp's own `llama-server`, through the OpenAI API.
+
+Replays the bundled sessions' calls (src/agspec/data/traces/default.jsonl.gz: the
+messages as recorded, greedy, no session ids) against each server at each concurrency,
+with the same GGUF and thread count:
+
+- `agspec serve` (the default drafter) and `agspec serve --drafter none`, `--parallel` =
+  the concurrency;
+- `llama-server -np <concurrency>` with `--spec-type` none, ngram-mod, ngram-map-k and
+  ngram-cache (built by scripts/install_llama_server.sh).
+
+Reports per server and concurrency: end-to-end completion tokens/s over the run (what
+an agent waits for), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
+llama-server: its `timings.predicted_ms`), and how many answers equal plain decoding's
+(`agspec serve --drafter none` at concurrency 1). One run; ratios are side by side.
+
+    python benchmarks/bench_serve_peers.py --quick          # <= 8 minutes on 2 cores
+    python benchmarks/bench_serve_peers.py -o runs/peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "src" / "agspec" / "data" / "traces" / "default.jsonl.gz"
+LLAMA_TYPES = ("none", "ngram-mod", "ngram-map-k", "ngram-cache")
+
+
+def load_calls(limit: int | None) -> list[tuple[str, list[dict[str, str]]]]:
+    from agspec.traces.io import read_sessions
+
+    calls = []
+    for session in read_sessions(TRACES):
+        for call in session.calls:
+            msgs = [{"role": m.role, "content": m.content} for m in call.messages]
+            calls.append((call.role, msgs))
+    return calls[:limit] if limit else calls
+
+
+class LlamaServer:
+    def __init__(self, binary: str, model: str, threads: int, parallel: int, n_ctx: int,
+                 spec_type: str) -> None:  # fmt: skip
+        from agspec.serve.launch import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [binary, "-m", model, "--port", str(self.port), "-t", str(threads), "-tb",
+               str(threads), "-np", str(parallel), "-c", str(n_ctx * parallel),
+               "--no-webui", "--log-disable"]  # fmt: skip
+        if spec_type != "none":
+            cmd += ["--spec-type", spec_type]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self) -> LlamaServer:
+        import urllib.request
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("llama-server did not start")
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]]]],
+           concurrency: int, max_tokens: int) -> dict[str, Any]:  # fmt: skip
+    import urllib.request
+
+    out: list[dict[str, Any]] = [{} for _ in calls]
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        role, msgs = calls[i]
+        body = {"model": model, "messages": msgs, "max_tokens": max_tokens, "temperature": 0}
+        t0 = time.monotonic()
+        req = urllib.request.Request(
+            f"{base_url}/chat/completions", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=900) as resp:
+            j = json.loads(resp.read())
+        wall = time.monotonic() - t0
+        n = j["usage"]["completion_tokens"]
+        if "agspec" in j:
+            decode_ms = j["agspec"]["decode_ms"]
+        else:
+            decode_ms = (j.get("timings") or {}).get("predicted_ms", 0.0)
+        with lock:
+            out[i] = {"role": role, "text": j["choices"][0]["message"]["content"],
+                      "tokens": n, "wall_s": wall, "decode_ms": decode_ms}  # fmt: skip
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(len(calls))))
+    elapsed = time.monotonic() - t0
+    total = sum(o["tokens"] for o in out)
+    by_role: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for o in out:
+        by_role[o["role"]][0] += o["tokens"]
+        by_role[o["role"]][1] += o["decode_ms"] / 1000.0
+    return {
+        "completion_tokens_per_s": total / elapsed,
+        "elapsed_s": elapsed,
+        "decode_tokens_per_s_by_role": {
+            k: (v[0] / v[1] if v[1] else None) for k, v in sorted(by_role.items())
+        },
+        "texts": [o["text"] for o in out],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--calls", type=int, default=0, help="first N calls only (0: all)")
+    ap.add_argument("--n-ctx", type=int, default=8192)
+    ap.add_argument("--llama-server", default=None, help="binary (default: build/cached)")
+    ap.add_argument("--spec-types", nargs="+", default=list(LLAMA_TYPES))
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="12 calls, 96 tokens, concurrency 1, 4; llama-server none, ngram-mod",
+    )
+    ap.add_argument("-o", "--out", default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.calls, args.max_tokens, args.concurrency = 12, 96, [1, 4]
+        args.spec_types = ["none", "ngram-mod"]
+    from agspec.models import resolve_model
+    from agspec.serve.launch import ServerProcess
+
+    gguf = str(resolve_model(args.model))
+    binary = args.llama_server or subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install_llama_server.sh"), sys.executable],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    calls = load_calls(args.calls or None)
+    print(f"{len(calls)} calls, {args.max_tokens} tokens, {args.threads} threads, "
+          f"concurrency {args.concurrency}", flush=True)  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    reference: list[str] | None = None
+    for conc in args.concurrency:
+        servers: list[tuple[str, Any]] = []
+        for drafter in ("none", "agspec"):
+            servers.append((f"agspec serve --drafter {drafter}", lambda d=drafter, c=conc:
+                            ServerProcess(["--model", args.model, "--threads", str(args.threads),
+                                           "--n-ctx", str(args.n_ctx), "--parallel", str(c),
+                                           "--drafter", d]).start()))  # fmt: skip
+        for st in args.spec_types:
+            servers.append(
+                (
+                    f"llama-server --spec-type {st}",
+                    lambda st=st, c=conc: LlamaServer(
+                        binary, gguf, args.threads, c, args.n_ctx, st
+                    ).start(),
+                )
+            )
+        for name, make in servers:
+            srv = make()
+            try:
+                res = replay(srv.base_url, args.model, calls, conc, args.max_tokens)
+            finally:
+                srv.stop()
+            if reference is None:  # agspec --drafter none at the first concurrency
+                reference = res["texts"]
+            equal = sum(a == b for a, b in zip(res.pop("texts"), reference))
+            row = {"server": name, "concurrency": conc, "equal_to_plain": equal,
+                   "calls": len(calls), **res}  # fmt: skip
+            rows.append(row)
+            roles = " ".join(
+                f"{k} {v:.1f}" for k, v in row["decode_tokens_per_s_by_role"].items() if v
+            )
+            print(f"c={conc} {name:34s} {row['completion_tokens_per_s']:7.2f} tok/s end-to-end"
+                  f"  equal {equal}/{len(calls)}  decode by role: {roles}", flush=True)  # fmt: skip
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
