@@ -41,7 +41,7 @@ def server():
     require_model(MODEL)
     srv = ServerProcess([
         "--model", MODEL, "--threads", "1", "--n-ctx", "2048", "--max-queue", "64",
-        "--drafter", "agspec", "--cost-profile", str(COST_PROFILE),
+        "--drafter", "agspec", "--cost-profile", str(COST_PROFILE), "--fixed-cost-profile",
     ]).start()  # fmt: skip
     try:
         yield srv

@@ -33,7 +33,7 @@ TOOLS = [{"type": "function", "function": {
 def server():
     require_model(MODEL)
     srv = ServerProcess(["--model", MODEL, "--threads", "1", "--n-ctx", "2048",
-                         "--cost-profile", str(COST_PROFILE)])  # fmt: skip
+                         "--cost-profile", str(COST_PROFILE), "--fixed-cost-profile"])  # fmt: skip
     srv.start()
     yield srv
     assert srv.stop() == 0

@@ -87,6 +87,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "thread count",
     )
     p.add_argument(
+        "--fixed-cost-profile",
+        action="store_true",
+        help="keep the cost profile as given or measured at start-up; by default it is "
+        "corrected online from the server's own timed steps (docs/serve-parallel.md)",
+    )
+    p.add_argument(
         "--state-dir",
         default=None,
         help="folder for what the drafter learns (scales.json, curves.json), "
@@ -240,6 +246,7 @@ def _serve(args: argparse.Namespace) -> int:
             n_ctx=args.n_ctx,
             drafter=args.drafter,
             cost_profile=args.cost_profile,
+            live_cost=not args.fixed_cost_profile,
             state_dir=args.state_dir,
             record=args.record,
             max_queue=args.max_queue,

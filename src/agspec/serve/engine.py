@@ -50,6 +50,7 @@ class EngineConfig:
     n_batch: int = 512
     drafter: str = "agspec"
     cost_profile: str | None = None
+    live_cost: bool = True  # correct the cost profile online from the server's own steps
     state_dir: str | None = None
     record: str | None = None
     max_queue: int = 32
@@ -193,7 +194,7 @@ class Engine:
         self.live_cost: Any = None  # LiveCostProfile: the start-up profile, healed online
         self.cost_summary: dict[str, Any] | None = None  # its last snapshot, for /health
         self._cost_version = -1
-        if self.cost_profile_path is not None:
+        if self.cost_profile_path is not None and cfg.live_cost:
             self._start_live_cost(progress)
         self.resolver = SessionResolver(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions)
         self._expired: collections.deque[str] = collections.deque()
@@ -493,9 +494,7 @@ class Engine:
         boundaries, so that no later request is joined to it unchecked (it starts a new
         session), and end its drafter session on the worker, before its next job. Safe
         from any thread."""
-        forget = getattr(self.resolver, "forget", None)
-        if forget is not None:
-            forget(sid)
+        self.resolver.forget(sid)
         self._expired.append(sid)
 
     def _drain_expired(self) -> None:
