@@ -20,6 +20,6 @@ if [ ! -f "$traces" ]; then
     agspec traces import chatdev ../shared/data/traces/chatdev -o "$OUT/traces/chatdev.jsonl"
     traces="$OUT/traces/chatdev.jsonl"
 fi
-DRAFTERS=${DRAFTERS:-ar pld-hf pld-vllm rest sam-fixed suffix-64 suffix-24 fastcoder agspec-paper agspec-paper+recent+history+cap32 agspec-paper+cost agspec oracle}
+DRAFTERS=${DRAFTERS:-ar pld-hf pld-vllm rest sam-fixed suffix-64 suffix-24 fastcoder agspec-paper agspec-paper+recent+history+cap32 agspec-paper+cost suffix-cache-tree agspec-chain agspec oracle-tree oracle}
 agspec replay "$traces" --drafters $DRAFTERS --batch-size ${BATCH:-1 16} \
     --cost-model "${COST:-h200-qwen2.5-32b}" -o "$OUT"
