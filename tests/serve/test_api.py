@@ -27,13 +27,15 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 _clients = require_server()  # skips the module with the reason when one is missing
 openai, httpx, llama_cpp = _clients.openai, _clients.httpx, _clients.llama_cpp
 
+from serve_oracle import agent_messages  # noqa: E402
+from serve_oracle import same_or_near_tie as _same_or_near_tie  # noqa: E402
+
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 NEAR_TIE_LOGITS = 0.5  # as the adapter's live tests: SmolLM2 Q4_1 flips at gaps up to ~0.2
 NUM_PROMPTS = 20
 MAX_TOKENS = 16
-TRACES = Path(__file__).resolve().parents[2] / "src" / "agspec" / "data" / "traces"
 COST_PROFILE = (
     Path(__file__).resolve().parents[2]
     / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
@@ -79,52 +81,11 @@ def client(srv: ServerProcess, **kw: Any) -> Any:
     return openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, **kw)
 
 
-def agent_messages(count: int) -> list[list[dict[str, str]]]:
-    """Real agent requests from the bundled traces (Qwen2.5-Coder's own sessions), cut
-    short so that a CPU test stays quick: the system prompt and the last user message."""
-    from agspec.traces.io import read_sessions
-
-    out = []
-    for session in read_sessions(TRACES / "default.jsonl.gz"):
-        for call in session.calls:
-            system = next((m.content for m in call.messages if m.role == "system"), "")
-            user = [m.content for m in call.messages if m.role == "user"][-1]
-            out.append([
-                {"role": "system", "content": system[:160]},
-                {"role": "user", "content": user[-240:]},
-            ])  # fmt: skip
-    step = max(1, len(out) // count)
-    return out[::step][:count]
-
-
-def one_token_logit_gap(llm, prompt: list[int], prefix: list[int], a: int, b: int) -> float:
-    from agspec.adapters.llama_cpp import _eval_batch, prefill
-
-    llm.reset()
-    pending, _ = prefill(llm, prompt + prefix, reuse_prefix=False)
-    logits = _eval_batch(llm, [pending], all_logits=False)[0]
-    return float(abs(logits[a] - logits[b]))
-
-
 FLIPS: list[float] = []
 
 
 def same_or_near_tie(llm, prompt: list[int], reference: list[int], got: list[int]) -> bool:
-    """True if equal; False if they part at a near-tie (recorded); fails otherwise."""
-    if got == reference:
-        return True
-    p = next((i for i, (x, y) in enumerate(zip(reference, got)) if x != y), None)
-    if p is None:  # one is a prefix of the other: a stop where the other went on
-        p = min(len(reference), len(got))
-        assert p < max(len(reference), len(got))
-        a = reference[p] if p < len(reference) else llm.token_eos()
-        b = got[p] if p < len(got) else llm.token_eos()
-    else:
-        a, b = reference[p], got[p]
-    gap = one_token_logit_gap(llm, prompt, reference[:p], a, b)
-    FLIPS.append(gap)
-    assert gap < NEAR_TIE_LOGITS, f"outputs part at token {p}: {a} vs {b}, logit gap {gap:.3f}"
-    return False
+    return _same_or_near_tie(llm, prompt, reference, got, flips=FLIPS, limit=NEAR_TIE_LOGITS)
 
 
 def chat(srv: ServerProcess, messages, **kw: Any) -> Any:

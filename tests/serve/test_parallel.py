@@ -27,6 +27,9 @@ except ImportError:
     httpx = pytest.importorskip("httpx2", reason="the openai client brings httpx")
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
+from serve_oracle import agent_messages  # noqa: E402
+from serve_oracle import same_or_near_tie as _same_or_near_tie  # noqa: E402
+
 from agspec.models import ModelFileError, resolve_model  # noqa: E402
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
@@ -34,7 +37,6 @@ MODEL = "smollm2-135m-instruct"
 NEAR_TIE_LOGITS = 0.5  # as tests/serve/test_api.py
 MAX_TOKENS = 24
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT / "src" / "agspec" / "data" / "traces"
 COST_PROFILE = ROOT / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
 IDS = {"X-AgSpec-Return-Ids": "1"}
 LONG = [{"role": "user", "content": "Write a very long story about a dragon, at least 1500 words."}]
@@ -90,47 +92,11 @@ def chat(srv: ServerProcess, messages: list[dict[str, str]], **kw: Any) -> Any:
     return client(srv).chat.completions.create(model=MODEL, messages=messages, **kw)
 
 
-def agent_messages(count: int) -> list[list[dict[str, str]]]:
-    """Real agent requests from the bundled traces, cut short (system prompt and the last
-    user message)."""
-    from agspec.traces.io import read_sessions
-
-    out = []
-    for session in read_sessions(TRACES / "default.jsonl.gz"):
-        for call in session.calls:
-            system = next((m.content for m in call.messages if m.role == "system"), "")
-            user = [m.content for m in call.messages if m.role == "user"][-1]
-            out.append([
-                {"role": "system", "content": system[:160]},
-                {"role": "user", "content": user[-240:]},
-            ])  # fmt: skip
-    step = max(1, len(out) // count)
-    return out[::step][:count]
-
-
 FLIPS: list[float] = []
 
 
 def same_or_near_tie(llm, prompt: list[int], reference: list[int], got: list[int]) -> bool:
-    """True if equal; False if they part at a near-tie (recorded); fails otherwise."""
-    if got == reference:
-        return True
-    from agspec.adapters.llama_cpp import _eval_batch, prefill
-
-    p = next((i for i, (x, y) in enumerate(zip(reference, got)) if x != y), None)
-    if p is None:
-        p = min(len(reference), len(got))
-        a = reference[p] if p < len(reference) else llm.token_eos()
-        b = got[p] if p < len(got) else llm.token_eos()
-    else:
-        a, b = reference[p], got[p]
-    llm.reset()
-    pending, _ = prefill(llm, prompt + reference[:p], reuse_prefix=False)
-    logits = _eval_batch(llm, [pending], all_logits=False)[0]
-    gap = float(abs(logits[a] - logits[b]))
-    FLIPS.append(gap)
-    assert gap < NEAR_TIE_LOGITS, f"outputs part at token {p}: {a} vs {b}, logit gap {gap:.3f}"
-    return False
+    return _same_or_near_tie(llm, prompt, reference, got, flips=FLIPS, limit=NEAR_TIE_LOGITS)
 
 
 def concurrently(fn: Any, items: list[Any]) -> list[Any]:
