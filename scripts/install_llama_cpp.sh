@@ -22,10 +22,20 @@ if [ "${AGSPEC_LLAMA_PORTABLE:-0}" = "1" ]; then
 else
   FLAVOUR=native
   FLAGS="$COMMON -DGGML_NATIVE=ON"
+  # On a CPU with AMX, -march=native turns on llama.cpp's AMX matmul kernels, which crash
+  # in llama_decode in this version (a segfault on the first token, seen on an AMX Xeon;
+  # ggml-org/llama.cpp#20824). Explicit -mno-* flags win over -march=native in GCC, so the
+  # build keeps AVX-512/VNNI and leaves AMX out. AGSPEC_LLAMA_AMX=1 keeps AMX.
+  if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${AGSPEC_LLAMA_AMX:-0}" != "1" ]; then
+    FLAVOUR=native-noamx
+    NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    FLAGS="$FLAGS -DCMAKE_C_FLAGS='$NOAMX' -DCMAKE_CXX_FLAGS='$NOAMX'"
+  fi
 fi
 
 # Installed already, with the wanted flavour? A native build on an AVX-512 CPU reports
-# "AVX512 = 1" in llama.cpp's system info; the portable build does not.
+# "AVX512 = 1" in llama.cpp's system info; the portable build does not; a build without
+# AMX does not report "AMX_INT8 = 1".
 CPU_AVX512=0
 grep -qw avx512f /proc/cpuinfo 2>/dev/null && CPU_AVX512=1
 if "$PY" - "$VERSION" "$FLAVOUR" "$CPU_AVX512" <<'PYEOF' 2>/dev/null; then
@@ -34,9 +44,10 @@ import llama_cpp
 version, flavour, cpu_avx512 = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 info = llama_cpp.llama_print_system_info().decode()
 has_avx512 = "AVX512 = 1" in info
+has_amx = "AMX_INT8 = 1" in info
 ok = llama_cpp.__version__ == version and (
     flavour == "portable" or has_avx512 or not cpu_avx512
-)
+) and not (flavour == "native-noamx" and has_amx)
 sys.exit(0 if ok else 1)
 PYEOF
   echo "llama-cpp-python $VERSION ($FLAVOUR) already installed"

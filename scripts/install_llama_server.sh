@@ -21,6 +21,13 @@ if [ "${AGSPEC_LLAMA_PORTABLE:-0}" = "1" ]; then
 else
   FLAVOUR=native
   FLAGS="-DGGML_NATIVE=ON"
+  NOAMX=""
+  # AMX kernels off on an AMX CPU, as scripts/install_llama_cpp.sh does (they crash in
+  # this llama.cpp version); AGSPEC_LLAMA_AMX=1 keeps them.
+  if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${AGSPEC_LLAMA_AMX:-0}" != "1" ]; then
+    FLAVOUR=native-noamx
+    NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  fi
 fi
 CPU_KEY=$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
 ROOT="${AGSPEC_CACHE:-$HOME/.cache/agspec}/llama-server"
@@ -50,7 +57,8 @@ echo "building llama-server ($FLAVOUR, $JOBS job(s), nice 19): about 20 minutes 
 # shellcheck disable=SC2086
 nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DBUILD_SHARED_LIBS=OFF $FLAGS >"$WORK/cmake.log"
+  -DBUILD_SHARED_LIBS=OFF $FLAGS ${NOAMX:+"-DCMAKE_C_FLAGS=$NOAMX" "-DCMAKE_CXX_FLAGS=$NOAMX"} \
+  >"$WORK/cmake.log"
 nice -n 19 cmake --build "$WORK/build" --target llama-server -j"$JOBS" >"$WORK/build.log"
 mkdir -p "$DEST.tmp"
 cp "$WORK/build/bin/llama-server" "$DEST.tmp/"
