@@ -5,7 +5,7 @@ checks `load` makes after the checksum), then reads the file plainly for scale. 
 an existing file it builds one from the traces as `bench_token_index.py` does (the first
 N tokens of the shuffled index pool, one document per trace file) and keeps it.
 
-Example (the figures in docs/index.md, "What the guards and the load check cost"):
+Example (the figures in docs/index.md, "Performance"):
 
     python benchmarks/bench_index_load.py --tokens 10000000 --file /tmp/10m.agidx
 """

@@ -4,7 +4,7 @@
 A Qwen2.5-7B-shaped model (the real shape from the model's config.json, random bf16
 weights, no downloads) verifies n = 1..33 tokens per sequence on top of a KV cache already
 holding `context` tokens, at batch sizes 1 and 16, contexts 4k and 16k. One profile file per
-context is written in the `agspec-cost-profile` v1 format (see docs/costmodel.md), which
+context is written in the `agspec-cost-profile` v1 format (see docs/costmodel-profiles.md), which
 `agspec.policy.costmodel.ProfileCostModel` loads.
 
 What is timed, and why it is built this way:

@@ -26,7 +26,7 @@ ENGINES = {
     "torch": "torch is not installed (pip install 'agspec[transformers]')",
     "transformers": "transformers is not installed (pip install 'agspec[transformers]')",
     "arctic_inference": "arctic-inference 0.3.0 is not installed (pip install 'agspec[suffix]'; "
-    "see docs/baselines.md for the CPU-only install)",
+    "see docs/baselines-suffix.md for the CPU-only install)",
     "vllm": "vLLM is not importable in this interpreter; the vLLM tests run in the virtualenv "
     "of scripts/install_vllm.sh (scripts/test.sh does that after the main suite)",
 }

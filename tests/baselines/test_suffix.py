@@ -11,7 +11,7 @@ import pytest
 arctic = pytest.importorskip(
     "arctic_inference.suffix_decoding",
     reason="arctic-inference 0.3.0 is not installed (pip install 'agspec[suffix]'; "
-    "see docs/baselines.md for the CPU-only install)",
+    "see docs/baselines-suffix.md for the CPU-only install)",
 )
 
 from agspec.baselines.suffix import (  # noqa: E402

@@ -44,7 +44,7 @@ def test_best_length_is_the_brute_force_argmax(
 
 
 def test_best_length_on_the_cpu_profile_shape() -> None:
-    # Costs shaped like Qwen2.5-Coder-0.5B on llama.cpp, 2 threads (docs/live.md): a
+    # Costs shaped like Qwen2.5-Coder-0.5B on llama.cpp, 2 threads (docs/costmodel-profiles.md): a
     # 2-token verification costs 2.4 decode steps, a 16-token one 4.9.
     costs = [1.0, 2.38, 2.97, 3.18, 4.09, 4.56, 4.85, 4.16] + [4.9] * 8 + [4.91]
     coin = [0.5**k for k in range(1, 17)]  # each token a coin flip

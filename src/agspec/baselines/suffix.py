@@ -71,7 +71,7 @@ def import_suffix_tree() -> Any:
             "the suffix-* baselines run on arctic-inference 0.3.0, which is not installed: "
             "pip install 'agspec[suffix]' (on a CPU-only machine first install torch==2.13.0 "
             "and the build requirements, then `pip install --no-build-isolation "
-            "arctic-inference==0.3.0`; see docs/baselines.md)"
+            "arctic-inference==0.3.0`; see docs/baselines-suffix.md)"
         ) from exc
     return SuffixTree
 

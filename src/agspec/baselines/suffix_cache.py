@@ -73,7 +73,7 @@ def import_suffix_cache() -> Any:
     except ImportError as exc:
         raise ImportError(
             "the suffix-cache baselines run on arctic-inference 0.3.0, which is not installed: "
-            "pip install 'agspec[suffix]' (see docs/baselines.md for a CPU-only machine)"
+            "pip install 'agspec[suffix]' (see docs/baselines-suffix.md for a CPU-only machine)"
         ) from exc
     return SuffixDecodingCache
 

@@ -23,7 +23,7 @@ from agspec.pipeline.tasks import load_task, load_tasks
 from agspec.traces.recorder import Recorder
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
-# The shipped llama.cpp profile of the default model on a 2-core EPYC (docs/costmodel.md).
+# The shipped llama.cpp profile of the default model on a 2-core EPYC (docs/costmodel-profiles.md).
 DEFAULT_COST_PROFILE = "epyc2t-llamacpp-qwen2.5-coder-0.5b-measured"
 
 

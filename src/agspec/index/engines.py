@@ -22,7 +22,7 @@ def _suffix_tree_index() -> Any:
     from agspec.index.suffix_tree import SuffixTreeIndex
 
     # Depth 96 = AgSpec's longest match (64) + SuffixDecoding's longest draft (32): at the
-    # tree's default depth 64 a long match leaves no room to draft (docs/baselines.md).
+    # tree's default depth 64 a long match leaves no room to draft (docs/baselines-suffix.md).
     return SuffixTreeIndex(max_depth=96)
 
 

@@ -23,7 +23,7 @@ What the tree answers, and how its answers map onto the interface:
   match of `m` tokens at most `max_depth - m` tokens. AgSpec drafts after the *longest*
   match (up to `max_match_tokens`, 64), so at the engine's default depth of 64 its drafts
   shrink as a copy runs on; a depth of `max_match_tokens` + the longest draft (96) removes
-  that cut (figures in docs/baselines.md, "AgSpec on the SuffixDecoding engine").
+  that cut (figures in docs/baselines-suffix.md, "AgSpec on the SuffixDecoding engine").
 - `continuation(max_tokens, rule)`: the tree's own best path draft at that match length:
   from the matched node it follows the most frequent child while the path's estimated
   probability (product of child count / parent count) stays >= `min_token_prob` (0.1, as in
@@ -75,8 +75,8 @@ def _suffix_tree_class() -> Any:
     except ImportError as exc:
         raise ImportError(
             "the suffix-tree engine runs on arctic-inference 0.3.0, which is not installed: "
-            "pip install 'agspec[suffix]' (on a CPU-only machine see docs/baselines.md, "
-            "'SuffixDecoding', for the build steps)"
+            "pip install 'agspec[suffix]' (on a CPU-only machine see docs/baselines-suffix.md, "
+            "'Install without a GPU', for the build steps)"
         ) from exc
     return SuffixTree
 

@@ -10,7 +10,7 @@ with c from the measured cost profile (c(1) = 1) and S_a(k | m) = P(r ≥ k) for
 and the match length's bucket, learned online from every verification (`MatchSurvival`).
 L* = 0 (no draft) whenever plain decoding is expected to be faster. At batch size > 1 a
 request's draft is priced at its marginal cost in the ragged batch
-(`best_length_in_batch`). docs/costmodel.md §5b has the derivation and the measurements.
+(`best_length_in_batch`). docs/costmodel.md ("The cost-aware length") has the derivation.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class Accelerator:
     source: str = ""
 
 
-# Shapes from each model's config.json on the Hugging Face hub (docs/costmodel.md lists them).
+# Shapes from each model's config.json on the Hugging Face hub (docs/costmodel-profiles.md).
 MODEL_SHAPES: dict[str, ModelShape] = {
     "qwen2.5-7b": ModelShape(
         name="Qwen2.5-7B",
@@ -512,7 +512,8 @@ def _table(profile: str, roofline: str, n_values: Sequence[int]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m agspec.policy.costmodel table`: the docs/costmodel.md comparison table."""
+    """`python -m agspec.policy.costmodel table`: measured against roofline costs and p*
+    (docs/costmodel-profiles.md)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m agspec.policy.costmodel")

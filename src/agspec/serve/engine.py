@@ -265,7 +265,7 @@ class Engine:
         assert self.cost_profile_path is not None
         cost_model = ProfileCostModel.load(self.cost_profile_path)
         # Every AgSpec variant prices its drafts with the measured profile; the default
-        # `agspec` takes its length from it (docs/costmodel.md §5b).
+        # `agspec` takes its length from it (docs/costmodel.md, "The cost-aware length").
         variant = name
         if variant in VARIANTS:
             cfg = replace(

