@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "cursor_set.h"
+#include "match_cursor.h"
 #include "messages.h"
 #include "token_index.h"
 #include "workers.h"

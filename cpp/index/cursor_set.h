@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "match_cursor.h"
 #include "token_index.h"
 #include "workers.h"
 

@@ -1,5 +1,6 @@
-// AgSpec native token index: many append-only documents of int32 token ids, and
-// cursors that track the longest suffix of a request that occurs in the index.
+// AgSpec native token index: many append-only documents of int32 token ids, indexed by
+// one suffix automaton (its extra transitions: edge_table.h; the cursors that track the
+// longest suffix of a request that occurs in the index: match_cursor.h).
 //
 // No Python and no drafting policy lives here: token sequences in, matches and
 // continuations out. The one binding file is native_bindings.cc.
@@ -17,11 +18,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "edge_table.h"
 #include "large_pages.h"
+#include "token.h"
 
 namespace agspec {
-
-using Token = int32_t;
 
 // A caller passed something the index cannot take (negative id, frozen index, ...).
 class ArgumentError : public std::invalid_argument {
@@ -40,16 +41,6 @@ class StateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A 64-bit finalizer (the transition table's hash, and the file checksum's mixer).
-inline uint64_t mix64(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ULL;
-  k ^= k >> 33;
-  return k;
-}
-
 // Which occurrence of a match a continuation copies from. These are retrieval rules, not
 // drafting policy: the drafter (agspec.policy) picks one per corpus by name, and the
 // index only copies. They live here because each reads up to 64 occurrences and their next
@@ -66,41 +57,12 @@ enum class ContinuationRule : int32_t {
   kVote = 3,
 };
 
+// Raises ArgumentError unless every token id is >= 0 (extend's and a cursor's check).
+void check_tokens(const Token* tokens, size_t n);
+
 struct Occurrence {
   int64_t doc_id;
   int64_t end_offset;  // offset in its document of the match's last token
-};
-
-// Open-addressing map (state, token) -> state for the automaton's transitions.
-class EdgeTable {
- public:
-  EdgeTable();
-  int32_t get(int32_t state, Token token) const;
-  // Asks for the cache lines get(state, token) reads first (no effect on results).
-  void prefetch(int32_t state, Token token) const {
-    if (keys_.empty()) return;
-    const size_t i = mix64(key(state, token)) & mask_;
-    __builtin_prefetch(keys_.data() + i);
-    __builtin_prefetch(vals_.data() + i);
-  }
-  // The target of a present key, to read or overwrite in place; nullptr when absent.
-  int32_t* find(int32_t state, Token token);
-  // Inserts a key that is not present.
-  void insert(int32_t state, Token token, int32_t target);
-  size_t size() const { return size_; }
-  size_t num_bytes() const;
-  void clear();
-
- private:
-  friend class TokenIndex;
-  static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static uint64_t key(int32_t s, Token t) { return (uint64_t(uint32_t(s)) << 32) | uint32_t(t); }
-  size_t slot_of(uint64_t k) const;
-  void grow();
-  LargeVector<uint64_t> keys_;  // kEmpty marks a free slot
-  LargeVector<int32_t> vals_;
-  size_t size_ = 0;
-  size_t mask_ = 0;
 };
 
 // Threads: every public method of TokenIndex may be called from any thread. Readers
@@ -328,74 +290,6 @@ class TokenIndex {
   std::atomic<bool> frozen_{false};
   mutable std::atomic<uint32_t> access_{0};
   std::atomic<bool> closed_{false};
-};
-
-// Tracks the longest suffix (at most max_match tokens) of the fed tokens that occurs in
-// the index with at least one token after it. Amortized O(1) per fed token. Holds the
-// index weakly: after the index is closed every call raises StateError. Each call holds
-// the index for reading (TokenIndex::Reading), so it raises StateError while a writer
-// is inside, and a writer raises StateError while it runs.
-class MatchCursor {
- public:
-  MatchCursor(std::shared_ptr<TokenIndex> index, int32_t max_match);
-
-  void extend(const Token* tokens, size_t n);
-  int32_t match_length();
-  // For a caller that holds `idx`, this cursor's index, alive (CursorSet): the same
-  // without taking the weak reference; the tokens are checked (>= 0). These never raise
-  // for a busy index (a writer inside past the patience): extend_held keeps the tokens
-  // and matches them once it can read again, match_length_held then answers 0 and
-  // continuation_held nothing. A closed index still raises StateError.
-  void extend_held(const TokenIndex& idx, const Token* tokens, size_t n);
-  int32_t match_length_held(const TokenIndex& idx);
-  std::vector<Token> continuation_held(const TokenIndex& idx, size_t max_tokens,
-                                       ContinuationRule rule, size_t max_occurrences);
-  // The same for a caller that holds idx for reading itself (a batched call, once for
-  // all its cursors over idx); readable false: it found idx busy, as above.
-  void extend_read(const TokenIndex& idx, bool readable, const Token* tokens, size_t n);
-  int32_t match_length_read(const TokenIndex& idx, bool readable);
-  std::vector<Token> continuation_read(const TokenIndex& idx, bool readable, size_t max_tokens,
-                                       ContinuationRule rule, size_t max_occurrences);
-  // extend_read in parts, for a caller that steps several cursors by turns so that their
-  // cache misses overlap (CursorSet): begin_feed does what extend_read does before its
-  // steps and returns whether the tokens remain to be stepped (false: kept for later, or
-  // matched already); then, for each token c in order, prefetch_step(idx, c) for every
-  // such cursor and feed_one(idx, c) for each. The same state as extend_read.
-  bool begin_feed(const TokenIndex& idx, bool readable, const Token* tokens, size_t n);
-  void prefetch_step(const TokenIndex& idx, Token c) const { idx.prefetch_transition(state_, c); }
-  void feed_one(const TokenIndex& idx, Token c) {
-    step(idx, c);
-    push_tail(c);
-  }
-  std::vector<Occurrence> occurrences(size_t max_count);
-  // Tokens after the chosen occurrence of the current match (see ContinuationRule).
-  std::vector<Token> continuation(size_t max_tokens, ContinuationRule rule, size_t max_occurrences);
-  size_t num_fed() const { return num_fed_; }
-  int32_t max_match() const { return max_match_; }
-
- private:
-  std::shared_ptr<TokenIndex> lock() const;  // raises StateError once closed
-  void sync(const TokenIndex& idx);
-  // Steps through tokens (inside a Reading).
-  void feed(const TokenIndex& idx, const Token* tokens, size_t n);
-  // sync(), or, after tokens were kept unmatched (stale_), the window matched afresh.
-  void catch_up(const TokenIndex& idx);
-  std::vector<Token> continue_from(const TokenIndex& idx, size_t max_tokens, ContinuationRule rule,
-                                   size_t max_occurrences);
-  void step(const TokenIndex& idx, Token c);
-  void rematch(const TokenIndex& idx, size_t length);
-  void push_tail(Token c);
-  std::vector<Token> vote(const TokenIndex& idx, size_t max_tokens, size_t max_occurrences) const;
-
-  std::weak_ptr<TokenIndex> index_;
-  int32_t max_match_;
-  std::vector<Token> tail_;  // the last fed tokens (at least max_match_ of them)
-  size_t num_fed_ = 0;
-  int32_t state_ = 0;
-  int32_t len_ = 0;
-  uint64_t epoch_ = 0;
-  size_t synced_positions_ = 0;
-  bool stale_ = false;  // tokens were fed while the index was busy: state_ is behind
 };
 
 }  // namespace agspec

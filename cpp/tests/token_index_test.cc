@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "match_cursor.h"
+
 using agspec::Token;
 
 namespace {

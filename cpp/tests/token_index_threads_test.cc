@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cursor_set.h"
+#include "match_cursor.h"
 #include "token_index.h"
 #include "workers.h"
 
