@@ -235,7 +235,7 @@ def test_cost_length_reprices_when_the_batch_state_moves():
             policy.mean_committed = 1.0 + step / 7.0
         for m, k in ((3, 16), (20, 16), (20, 4), (70, 9)):
             curve = policy.survival.curve("coder", m)
-            prices = policy._batch_prices(k)
+            prices = policy.cost.batch_prices(k)
             assert (
                 prices
                 == prices_as_a_loop(
@@ -316,15 +316,15 @@ def test_refreshed_tables_are_the_tables_of_the_new_state(obs, b, upto):
     for agent in AGENTS:
         for m in (1, 5, 40):
             policy.cost_table(agent, m, upto)
-    keys = {k: len(t) for k, t in policy._tables.items()}
+    keys = {k: len(t) for k, t in policy.cost.tables.items()}
     for agent, m, d, a in obs:
         policy.observe(agent, LengthDecision(d, None, False, m), a)
         policy.note_step(d, max(a, 0) + 1)
     policy.refresh_cost_tables()
     fresh = copy.deepcopy(policy)
-    fresh._tables, fresh._tables_at = {}, None
-    assert set(policy._tables) == set(keys)  # the same keys, as far as they went
-    for (agent, bucket), table in policy._tables.items():
+    fresh.cost.forget_tables()
+    assert set(policy.cost.tables) == set(keys)  # the same keys, as far as they went
+    for (agent, bucket), table in policy.cost.tables.items():
         assert len(table) == keys[(agent, bucket)]
         m = 1 << (bucket - 1)
         assert table == fresh.cost_table(agent, m, upto)[: len(table)]

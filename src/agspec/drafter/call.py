@@ -316,7 +316,7 @@ class AgSpecCall:
         if server.batch_cost_mode:
             policy = server.lengths
             if n + 1 < len(policy.step_costs):
-                prices = policy._batch_prices(n + 1)
+                prices = policy.cost.batch_prices(n + 1)
                 return bound > prices[n + 1] - prices[n]
             return True
         costs = server.tree_step_costs

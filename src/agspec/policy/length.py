@@ -14,8 +14,9 @@ For agent a with a match of m tokens:
   clipped to [α_min, α_max]; persisted atomically.
 - `DraftLengthPolicy`: the rule above, with ablation variants "static", "match", "cap",
   "cap+scale", and "cost" (beyond the paper, below).
-- Variant "cost" takes its length from `agspec.policy.cost_length` (expected committed
-  tokens per unit of measured step cost, from acceptance curves learned online).
+- Variant "cost" delegates to its own rule, `agspec.policy.cost_rule.CostLengthRule`
+  (expected committed tokens per unit of measured step cost, from acceptance curves
+  learned online; `agspec.policy.cost_length`).
 
 Example: agent "coder" with α = 0.5, C = 6 and a 20-token match with 9 tokens available:
 floor(0.5·20) = 10, capped to 6, and 6 ≤ 9, so the draft is 6 tokens; if all 6 are
@@ -38,14 +39,9 @@ from agspec.policy.caps import (
     acceptance_curve,
     cap_from_curve,
 )
-from agspec.policy.cost_length import (
-    MatchSurvival,
-    batch_prices,
-    best_lengths,
-    best_lengths_at_prices,
-)
+from agspec.policy.cost_length import MatchSurvival
+from agspec.policy.cost_rule import CostLengthRule
 from agspec.policy.scale import OnlineScale, OnlineScaleConfig
-from agspec.policy.survival import MATCH_BUCKETS
 
 __all__ = [
     "AcceptanceRecord",
@@ -68,9 +64,6 @@ logger = logging.getLogger(__name__)
 VARIANTS = ("static", "match", "cap", "cap+scale", "cost")
 
 
-BATCH_EMA = 0.01  # weight of one step in the running batch means of variant "cost"
-
-
 # --------------------------------------------------------------------------- policy
 @dataclass(frozen=True)
 class LengthDecision:
@@ -90,7 +83,9 @@ class DraftLengthPolicy:
     - "cap": min(max(1, m), C_a);
     - "cap+scale": min(max(1, floor(α_a·m)), C_a) (the paper's rule);
     - "cost": first an upper bound (≤ `survival.max_tokens`), then `cost_length` trims
-      what the index retrieved to the expected-throughput optimum (`best_length`).
+      what the index retrieved to the expected-throughput optimum (`best_length`); the
+      rule and its state are `self.cost`, a `CostLengthRule` (the other variants keep an
+      idle one, for its survival).
     Every variant then takes ≤ available tokens and ≤ the engine's own length, and m = 0
     gives 0.
 
@@ -124,25 +119,64 @@ class DraftLengthPolicy:
                     "variant 'cost' needs step_costs: the cost of verifying 1, 2, ... tokens "
                     "(a cost profile from `agspec costmodel measure`)"
                 )
-            self.step_costs: list[float] = self.normalized_costs(step_costs)
-            self.survival = survival or MatchSurvival(max_tokens=len(self.step_costs) - 1)
-            # Running batch state for `best_length_in_batch` (start: no drafts, 1 token).
-            self.mean_draft, self.mean_committed = 0.0, 1.0
+            costs = self.normalized_costs(step_costs)
         else:
-            self.step_costs = []
-            self.survival = survival or MatchSurvival()
+            costs = []
+        # Variant "cost"'s rule: its step costs, survival, batch size and running batch
+        # means (the properties below read and set them there).
+        self.cost = CostLengthRule(
+            costs, survival, batch_size=check_int("batch_size", batch_size, minimum=1)
+        )
         self.variant = variant
-        # (agent, match bucket) -> `cost_table`, valid while `_tables_at` holds: the
-        # (survival version, step costs, batch size, batch means) they were computed at.
-        self._tables: dict[tuple[str, int], list[int]] = {}
-        self._tables_at: tuple[int, list[float], int, float, float] | None = None
-        # (mean draft, mean committed, batch size, step costs, their `batch_prices`)
-        self._prices_at: tuple[float, float, int, list[float], list[float]] | None = None
         self.caps = caps if caps is not None else ProfiledCap()
         self.scale = scale
         self.model = model
-        self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.static_tokens = check_int("static_tokens", static_tokens, minimum=1)
+
+    @property
+    def step_costs(self) -> list[float]:
+        """Variant "cost": the step costs relative to one token (empty for the others)."""
+        return self.cost.step_costs
+
+    @step_costs.setter
+    def step_costs(self, costs: list[float]) -> None:
+        self.cost.step_costs = costs
+
+    @property
+    def survival(self) -> MatchSurvival:
+        """The acceptance curves variant "cost" learns (`CostLengthRule.survival`)."""
+        return self.cost.survival
+
+    @survival.setter
+    def survival(self, survival: MatchSurvival) -> None:
+        self.cost.survival = survival
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size the caps are looked up at and variant "cost" prices for."""
+        return self.cost.batch_size
+
+    @batch_size.setter
+    def batch_size(self, batch_size: int) -> None:
+        self.cost.batch_size = batch_size
+
+    @property
+    def mean_draft(self) -> float:
+        """Variant "cost": the running mean draft tokens per step (`note_step`)."""
+        return self.cost.mean_draft
+
+    @mean_draft.setter
+    def mean_draft(self, value: float) -> None:
+        self.cost.mean_draft = value
+
+    @property
+    def mean_committed(self) -> float:
+        """Variant "cost": the running mean committed tokens per step (`note_step`)."""
+        return self.cost.mean_committed
+
+    @mean_committed.setter
+    def mean_committed(self, value: float) -> None:
+        self.cost.mean_committed = value
 
     @staticmethod
     def normalized_costs(step_costs: Sequence[float]) -> list[float]:
@@ -209,7 +243,7 @@ class DraftLengthPolicy:
             if cap_tokens < length:
                 length = cap_tokens
         elif variant == "cost":
-            length = self.cost_bound_tokens
+            length = self.cost.bound_tokens
         elif variant == "static":
             length = self.static_tokens
         else:
@@ -222,82 +256,26 @@ class DraftLengthPolicy:
 
     @property
     def cost_bound_tokens(self) -> int:
-        """Variant "cost": the longest draft it considers."""
-        return min(self.survival.max_tokens, len(self.step_costs) - 1)
+        """Variant "cost": the longest draft it considers (`CostLengthRule.bound_tokens`)."""
+        return self.cost.bound_tokens
 
     def cost_length(self, agent: str, match_tokens: int, retrieved_tokens: int) -> int:
-        """Variant "cost": how many of the `retrieved_tokens` to draft (0: none).
-
-        Batch size 1: `best_length`. Larger batches: `best_length_in_batch`, priced at the
-        batch's running mean draft and committed tokens per step (`note_step`). Read off
-        `cost_table`.
-        """
-        table = self.cost_table(agent, match_tokens, retrieved_tokens)
-        if retrieved_tokens < len(table):
-            return table[retrieved_tokens]
-        return table[-1]
+        """Variant "cost": how many of the `retrieved_tokens` to draft (0: none); see
+        `CostLengthRule.cost_length`."""
+        return self.cost.cost_length(agent, match_tokens, retrieved_tokens)
 
     def cost_table(
         self, agent: str, match_tokens: int, upto_tokens: int | None = None
     ) -> list[int]:
         """Variant "cost": [`cost_length(agent, match_tokens, r)` for r in 0 .. R], R =
-        `cost_bound_tokens`, or at least min(`upto_tokens`, R) when given (a retrieval
-        longer than R drafts as entry R does).
-
-        The best length over [0, r] is the running argmax of one scan over the curve
-        (`best_lengths`), so one table answers every retrieved length of an (agent, match
-        bucket): the planned length (r = the bound, or fewer tokens available) and the
-        length once the index retrieved fewer. Requests of one batch step share agents and
-        buckets, and nothing the rule reads changes between two verifications: each table
-        is kept until a curve may have changed (the survival's version moves at every
-        `observe`), the batch means move (`note_step`, or set by hand) or the step costs
-        or batch size are swapped.
+        `cost_bound_tokens` (`CostLengthRule.cost_table`).
 
         >>> pol = DraftLengthPolicy("cost", step_costs=[1.0, 1.1, 1.2, 1.3, 3.0],
         ...                         survival=MatchSurvival(max_tokens=4, prior_weight=1.0))
         >>> pol.cost_table("coder", 16)    # S(k) = (16/17)^k: drafting 3 pays, the 4th not
         [0, 1, 2, 3, 3]
         """
-        tables = self._tables
-        survival = self.survival
-        if not self._tables_valid():
-            tables.clear()
-            self._tables_at = (
-                survival.version,
-                self.step_costs,
-                self.batch_size,
-                self.mean_draft,
-                self.mean_committed,
-            )
-        bucket = match_tokens.bit_length()
-        top = MATCH_BUCKETS - 1
-        key = (agent, bucket if bucket < top else top)
-        table = tables.get(key)
-        bound = self.cost_bound_tokens
-        if upto_tokens is not None and upto_tokens < bound:
-            bound = upto_tokens
-        if table is None or len(table) <= bound:
-            # Only as far as asked: a draft of at most 16 tokens reads 16 of 32 entries.
-            curve = survival.curve(agent, match_tokens, bound)
-            if self.batch_size == 1:
-                table = best_lengths(curve, self.step_costs, bound)
-            else:
-                # `best_length_in_batch`, its prices computed once per batch state.
-                table = best_lengths_at_prices(curve, self._batch_prices(bound), bound)
-            tables[key] = table
-        return table
-
-    def _tables_valid(self) -> bool:
-        """Whether the cost tables were computed at the rule's current inputs."""
-        at = self._tables_at
-        return (
-            at is not None
-            and at[0] == self.survival.version
-            and at[1] is self.step_costs
-            and at[2] == self.batch_size
-            and at[3] == self.mean_draft
-            and at[4] == self.mean_committed
-        )
+        return self.cost.cost_table(agent, match_tokens, upto_tokens)
 
     def draft_lengths(
         self,
@@ -370,14 +348,10 @@ class DraftLengthPolicy:
         [0, 1, 2, 3, 3]
         >>> for _ in range(10):     # ten drafts rejected at their first token
         ...     pol.observe_tokens("coder", 3, False, 16, 0)
-        >>> pol.refresh_cost_tables(); pol._tables
+        >>> pol.refresh_cost_tables(); pol.cost.tables
         {('coder', 5): [0, 0, 0, 0, 0]}
         """
-        if not self._tables or self._tables_valid():
-            return
-        for (agent, bucket), table in list(self._tables.items()):
-            # Any match length of the bucket stands for it (bucket b: b-bit lengths).
-            self.cost_table(agent, 1 << (bucket - 1) if bucket else 0, len(table) - 1)
+        self.cost.refresh_tables()
 
     def cost_tables(
         self, agents: Sequence[str], match_tokens: Sequence[int], available_tokens: Sequence[int]
@@ -392,23 +366,7 @@ class DraftLengthPolicy:
         >>> [t[3] for t in pol.cost_tables(["coder", "coder"], [16, 1], [4, 4])]  # q = 16/17, 1/2
         [3, 2]
         """
-        if not agents:
-            return []
-        upto = max(available_tokens)
-        self.cost_table(agents[0], match_tokens[0], upto)  # the tables of this state
-        tables = self._tables
-        top = MATCH_BUCKETS - 1
-        # `cost_table` of each, without its state check per request: a table found long
-        # enough is the one it would return.
-        need = min(upto, self.cost_bound_tokens)
-        out = []
-        for agent, m in zip(agents, match_tokens):
-            bucket = m.bit_length()
-            table = tables.get((agent, bucket if bucket < top else top))
-            if table is None or len(table) <= need:
-                table = self.cost_table(agent, m, upto)
-            out.append(table)
-        return out
+        return self.cost.cost_tables(agents, match_tokens, available_tokens)
 
     def observe_batch(
         self,
@@ -430,53 +388,16 @@ class DraftLengthPolicy:
             self.scale.apply_batch(agents, drafted, accept_lengths, censored)
 
     def note_steps(self, drafted_tokens: Sequence[int], committed_tokens: Sequence[int]) -> None:
-        """`note_step` for many requests' verification steps, in order: the same running
-        means (each step's float operations as `note_step`'s)."""
-        if not drafted_tokens:
-            return
-        w = BATCH_EMA
-        mean_draft, mean_committed = self.mean_draft, self.mean_committed
-        for d, c in zip(drafted_tokens, committed_tokens):
-            mean_draft += w * (d - mean_draft)
-            mean_committed += w * (c - mean_committed)
-        self.mean_draft, self.mean_committed = mean_draft, mean_committed
-
-    def _batch_prices(self, max_tokens: int) -> list[float]:
-        """`batch_prices` at the current batch state, up to at least `max_tokens` or all
-        the step costs have (remembered until the state changes)."""
-        at = self._prices_at
-        if (
-            at is not None
-            and len(at[4]) > min(max_tokens, len(self.step_costs) - 1)
-            and at[0] == self.mean_draft
-            and at[1] == self.mean_committed
-            and at[2] == self.batch_size
-            and at[3] is self.step_costs
-        ):
-            return at[4]
-        prices = batch_prices(
-            self.step_costs,
-            batch_size=self.batch_size,
-            mean_draft=self.mean_draft,
-            mean_committed=self.mean_committed,
-            max_tokens=max_tokens,
-        )
-        self._prices_at = (
-            self.mean_draft,
-            self.mean_committed,
-            self.batch_size,
-            self.step_costs,
-            prices,
-        )
-        return prices
+        """`note_step` for many requests' verification steps, in order (the same running
+        means; `CostLengthRule.note_steps`)."""
+        self.cost.note_steps(drafted_tokens, committed_tokens)
 
     def note_step(self, drafted_tokens: int, committed_tokens: int) -> None:
         """Every verification step of every request, drafted or not (variant "cost" at
         batch size > 1 keeps running means of the draft length and committed tokens:
-        an exponential average over the last ~1/`BATCH_EMA` steps)."""
-        w = BATCH_EMA
-        self.mean_draft += w * (drafted_tokens - self.mean_draft)
-        self.mean_committed += w * (committed_tokens - self.mean_committed)
+        an exponential average over the last ~1/`BATCH_EMA` steps;
+        `CostLengthRule.note_step`)."""
+        self.cost.note_step(drafted_tokens, committed_tokens)
 
     def observe(self, agent: str, decision: LengthDecision, accept_length: int) -> None:
         """Feed a verification outcome back (updates α_a in the "cap+scale" variant, the
