@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,7 @@ class Engine:
         from agspec.adapters.llama_cpp import import_llama_cpp
         from agspec.models import resolve_model
         from agspec.serve.chat import ChatTemplate
+        from agspec.serve.drafter_setup import make_drafter, resolve_cost_profile, start_live_cost
 
         self.config = cfg = config
         self.metrics = metrics or ServeMetrics()
@@ -166,7 +167,7 @@ class Engine:
         self.model_name = self._served_name(cfg.model, self.model_path)
         self.cost_profile_path: Path | None = None
         if cfg.drafter != "none":
-            self.cost_profile_path = self._cost_profile(progress)
+            self.cost_profile_path = resolve_cost_profile(cfg, self.model_path, progress)
         _check_batching(cfg)
         progress(
             f"loading {self.model_path} ({cfg.parallel} slots of {cfg.n_ctx} tokens, "
@@ -190,12 +191,18 @@ class Engine:
             ChatTemplate(template, eos_token=eos, bos_token=bos) if template else None
         )
         self.tokenizer = _TokenizerView(self.llm)
-        self.drafter_server = self._make_drafter()
+        self.drafter_server = make_drafter(
+            cfg,
+            tokenizer=self.tokenizer,
+            model_name=self.model_name,
+            cost_profile_path=self.cost_profile_path,
+        )
         self.live_cost: Any = None  # LiveCostProfile: the start-up profile, healed online
         self.cost_summary: dict[str, Any] | None = None  # its last snapshot, for /health
         self._cost_version = -1
         if self.cost_profile_path is not None and cfg.live_cost:
-            self._start_live_cost(progress)
+            self.live_cost = start_live_cost(self.cost_profile_path, progress)
+            self._refresh_cost(force=True)
         self.resolver = SessionResolver(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions)
         self._expired: collections.deque[str] = collections.deque()
         self.resolver.on_expire = self._expired.append
@@ -242,79 +249,6 @@ class Engine:
             if spec.filename == self.model_path.name:
                 names |= {spec.name, *spec.aliases}
         return names
-
-    def _cost_profile(self, progress: Callable[[str], None]) -> Path:
-        if self.config.cost_profile:
-            path = Path(self.config.cost_profile)
-            if not path.is_file():
-                raise ValueError(f"--cost-profile {path}: no such file")
-            return path
-        from agspec.serve.profile_cache import cached_cost_profile
-
-        path, cached = cached_cost_profile(self.model_path, self.config.threads, progress=progress)
-        progress(f"cost profile: {path}" + (" (cached)" if cached else " (measured now)"))
-        return path
-
-    def _make_drafter(self) -> Any:
-        name = self.config.drafter
-        if name == "none":
-            return None
-        from agspec.drafter import VARIANTS, AgSpecServer
-        from agspec.policy.costmodel import ProfileCostModel
-
-        assert self.cost_profile_path is not None
-        cost_model = ProfileCostModel.load(self.cost_profile_path)
-        # Every AgSpec variant prices its drafts with the measured profile; the default
-        # `agspec` takes its length from it (docs/costmodel.md, "The cost-aware length").
-        variant = name
-        if variant in VARIANTS:
-            cfg = replace(
-                VARIANTS[variant],
-                session_ttl_s=self.config.session_ttl_s,
-                live_token_budget=self.config.session_token_budget,
-                memory_budget_bytes=self.config.memory_budget_bytes,
-            )
-            state = Path(self.config.state_dir) if self.config.state_dir else None
-            if state is not None:
-                state.mkdir(parents=True, exist_ok=True)
-            return AgSpecServer.from_variant(
-                variant,
-                tokenizer=self.tokenizer,
-                cost_model=cost_model,
-                batch_size=1,
-                config=cfg,
-                model=self.model_name,
-                scales_path=state / "scales.json" if state else None,
-                curves_path=state / "curves.json" if state else None,
-                # At most one state write per 30 s (and one at close), not one per session.
-                save_interval_s=30.0,
-            )
-        from agspec.baselines.ar import ARServer
-        from agspec.baselines.registry import BASELINES
-        from agspec.drafter.factory import DrafterContext
-
-        if name == "ar":
-            return ARServer()
-        if name not in BASELINES:
-            known = ", ".join(["agspec", "none", "ar", *BASELINES.names(), *VARIANTS])
-            raise ValueError(f"unknown drafter {name!r}; known: {known}")
-        ctx = DrafterContext(tokenizer=self.tokenizer, cost_model=cost_model, batch_size=1)
-        return BASELINES.get(name)(ctx)
-
-    def _start_live_cost(self, progress: Callable[[str], None]) -> None:
-        from agspec.policy.costmodel import ProfileCostModel
-        from agspec.serve.cost_online import LiveCostProfile, describe_profile
-
-        assert self.cost_profile_path is not None
-        prior = ProfileCostModel.load(self.cost_profile_path)
-        provisional = bool(prior.extra.get("provisional"))
-        self.live_cost = LiveCostProfile(
-            prior, source=str(self.cost_profile_path), provisional=provisional
-        )
-        note = " (provisional: measured on a busy machine)" if provisional else ""
-        progress(f"cost profile{note}: {describe_profile(prior)}; corrected online from "
-                 "this server's own steps")  # fmt: skip
-        self._refresh_cost(force=True)
 
     def _observe_step(self, batch_size: int, total_tokens: int, ms: float) -> None:
         """A timed decoding step (worker thread): a live cost sample; every 16 steps the
