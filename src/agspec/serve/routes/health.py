@@ -1,0 +1,58 @@
+"""GET /health, GET /v1/models, GET /v1/models/{id} and GET /metrics (Prometheus text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from agspec.serve.engine import Engine
+from agspec.serve.metrics import CONTENT_TYPE
+from agspec.serve.routes.common import RouteContext
+
+__all__ = ["health_router"]
+
+
+def health_router(ctx: RouteContext) -> APIRouter:
+    engine, m = ctx.engine, ctx.metrics
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": engine.model_name,
+            "drafter": engine.config.drafter,
+            "queue_depth": engine.queue_depth,
+            "running": engine.running,
+            "parallel": engine.config.parallel,
+            "sessions": len(engine.resolver),
+            "cost_profile": engine.cost_summary,
+        }
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(engine)]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        ctx.check_model(model_id)
+        return _model_card(engine)
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        m.queue_depth.set(engine.queue_depth)
+        m.sessions.set(len(engine.resolver))
+        return Response(m.render(), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def _model_card(engine: Engine) -> dict[str, Any]:
+    return {
+        "id": engine.model_name,
+        "object": "model",
+        "created": int(engine.model_path.stat().st_mtime),
+        "owned_by": "agspec",
+    }
