@@ -34,10 +34,10 @@ def make_server(variant: str, batch_size: int, **overrides: object) -> AgSpecSer
 def policy_state(server: AgSpecServer) -> tuple[object, ...]:
     p = server.lengths
     return (
-        p.survival._counts,
+        p.survival.counts,
         p.survival.version,
-        getattr(p, "mean_draft", None),
-        getattr(p, "mean_committed", None),
+        p.mean_draft,
+        p.mean_committed,
         dict(p.scale.scales) if p.scale is not None else None,
     )
 
@@ -49,25 +49,25 @@ def texts_for(seed: int, n: int) -> list[list[int]]:
 
 
 def by_phases(calls: list[AgSpecCall], committed: list[object], caps: list[int]) -> list[list[int]]:
-    """The step as `step_batch` documents its phases, one call at a time in each: check
-    and learn from every call's tokens, move every corpus, count them against the live
-    token budget (which may stop indexing or evict sessions), then propose."""
+    """The step as `step_batch` documents its phases, one call at a time in each, through
+    the call's public batch interface: check and learn from every call's tokens
+    (`accept_fed`), move every corpus, count them against the live token budget
+    (`count_committed`, which may stop indexing or evict sessions), then propose."""
     applied, moved = [], []
     for call, c in zip(calls, committed):
         if c is not None and len(c):  # type: ignore[arg-type]
-            moved.append(call._check_committed(c))  # type: ignore[arg-type]
+            moved.append(call.accept_fed(c))  # type: ignore[arg-type]
             applied.append(call)
-        elif not call._begun or call._ended:
-            raise call._not_live("step_batch()")
+        elif not call.live:
+            raise call.not_live_error("step_batch()")
     for call, toks in zip(applied, moved):
-        assert call._corpora is not None
-        call._corpora.advance(toks)
+        assert call.corpora is not None
+        call.corpora.advance(toks)
     for call, toks in zip(applied, moved):
-        if call._index_output:
-            call._count(len(toks))
+        call.count_committed(len(toks))
     for call in calls:
-        if not call._begun or call._ended:
-            raise call._not_live("step_batch()")
+        if not call.live:
+            raise call.not_live_error("step_batch()")
     return [call.propose(k) for call, k in zip(calls, caps)]
 
 
@@ -123,7 +123,7 @@ def run_both(
         for i in active:
             c = committed[i]
             if c is not None and numpy_every and (i + step) % numpy_every == 0:
-                # Not a list: converted by `_check_committed`, as `accept` converts it.
+                # Not a list: converted as `accept` converts it.
                 given.append(np.asarray(c, dtype=np.int32) if step % 2 else tuple(c))
             else:
                 given.append(c)
@@ -153,9 +153,9 @@ def run_both(
         assert policy_state(a) == policy_state(b)
         # The live token count (counted during the advance when the step stays within the
         # budget, after it when it may not) and each session's share of it.
-        assert a._live_tokens == b._live_tokens
-        assert {k: s._counted for k, s in a._sessions.items()} == {
-            k: s._counted for k, s in b._sessions.items()
+        assert a.live_tokens == b.live_tokens
+        assert {k: s.counted_tokens for k, s in a.sessions.items()} == {
+            k: s.counted_tokens for k, s in b.sessions.items()
         }
     return servers_b, servers_1, drafted
 
@@ -232,8 +232,8 @@ def test_a_live_token_budget_crossed_inside_a_step(budget):
         "agspec", num_requests=6, seed=5, live_token_budget=budget, oracle=by_phases
     )
     assert drafted > 0
-    assert len(servers[0]._sessions) < 3  # one was evicted
-    assert servers[0]._live_tokens <= budget
+    assert len(servers[0].sessions) < 3  # one was evicted
+    assert servers[0].live_tokens <= budget
 
 
 def test_one_session_alone_over_the_budget_stops_indexing_inside_a_step():
@@ -253,8 +253,8 @@ def test_one_session_alone_over_the_budget_stops_indexing_inside_a_step():
         expected = by_phases(calls_1, committed, [8, 8, 8])
         assert step_batch(calls_b, committed, 8) == expected  # type: ignore[arg-type]
         committed = [[*d[:1], 5 + (step + i) % 7] for i, d in enumerate(expected)]
-    assert server._sessions["s0"].frozen and twin._sessions["s0"].frozen
-    assert server._live_tokens == twin._live_tokens
+    assert server.sessions["s0"].frozen and twin.sessions["s0"].frozen
+    assert server.live_tokens == twin.live_tokens
     assert policy_state(server) == policy_state(twin)
 
 
@@ -285,7 +285,7 @@ def test_a_refused_call_leaves_the_policy_fed_by_the_calls_before_it(variant):
         step_batch(calls_b, [drafts[0][:2], [99, 99, 99], [1]], 8)
     calls_1[0].accept(drafts[0][:2])
     assert policy_state(batch) == policy_state(alone)
-    assert calls_b[1]._draft == drafts[1]  # untouched: it can still accept
+    assert calls_b[1].draft == drafts[1]  # untouched: it can still accept
     calls_b[1].accept(drafts[1][:1])
     calls_1[1].accept(drafts[1][:1])
     assert policy_state(batch) == policy_state(alone)

@@ -496,6 +496,11 @@ class AgSpecCall:
         return self._live
 
     @property
+    def draft(self) -> list[int]:
+        """The draft the next `accept` checks against (a copy; empty when none)."""
+        return list(self._draft)
+
+    @property
     def corpora(self) -> CorpusSet | None:
         """The call's corpora behind one `CorpusSet` (None before `begin` and after `end`)."""
         return self._corpora

@@ -10,6 +10,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from agspec._memory import release_free_memory
@@ -321,6 +322,11 @@ class AgSpecServer:
             self._close(s)
         if self._clock() - self._last_save >= self.save_interval_s:
             self.save_scales()
+
+    @property
+    def sessions(self) -> MappingProxyType[str, AgSpecSession]:
+        """The live sessions by id, least recently used first (a read-only view)."""
+        return MappingProxyType(self._sessions)
 
     @property
     def live_tokens(self) -> int:

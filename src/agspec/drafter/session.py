@@ -75,5 +75,11 @@ class AgSpecSession:
             self.server._close(self)
 
     @property
+    def counted_tokens(self) -> int:
+        """This session's share of the server's live token count
+        (`AgSpecServer.live_tokens`)."""
+        return self._counted
+
+    @property
     def num_tokens(self) -> int:
         return self.session_corpus.num_tokens + self.workspace.num_tokens

@@ -158,6 +158,18 @@ class MatchSurvival:
             changed += 1
         self.version += changed
 
+    @property
+    def counts(self) -> dict[tuple[str, int], tuple[list[float], list[float]]]:
+        """What was learned, by (agent, match bucket): (at-risk counts, survived counts),
+        index k - 1, prior included; a copy (buckets never observed are absent).
+
+        >>> s = MatchSurvival(max_tokens=2, prior_weight=1.0)
+        >>> s.observe("coder", 1, drafted_tokens=2, accepted_tokens=1)
+        >>> s.counts
+        {('coder', 1): ([2.0, 1.5], [1.5, 0.25])}
+        """
+        return {k: (list(a), list(s)) for k, (a, s) in self._counts.items()}
+
     def to_json(self) -> str:
         rows = [
             {"agent": agent, "bucket": bucket, "at_risk": at_risk, "survived": survived}
