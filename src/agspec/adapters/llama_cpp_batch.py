@@ -66,6 +66,7 @@ class SlotDecoder:
         n_batch: int,
         threads: int,
         branches_per_slot: int = 1,
+        flash_attn_type: int | None = None,
     ) -> None:
         llama_cpp = import_llama_cpp()
         if not 1 <= num_slots <= int(llama_cpp.llama_max_parallel_sequences()):
@@ -107,6 +108,8 @@ class SlotDecoder:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
+        if flash_attn_type is not None:  # else llama.cpp's default (auto)
+            params.flash_attn_type = flash_attn_type
         ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
         if ctx is None:
             raise RuntimeError(

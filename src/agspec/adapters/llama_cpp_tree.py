@@ -54,6 +54,9 @@ def tree_decoder(llm: Any, *, max_branches: int) -> SlotDecoder:
         n_batch=int(llm.n_batch),
         threads=int(llm.n_threads),
         branches_per_slot=max(1, max_branches),
+        # The Llama's own attention kernels, so a tree step computes what its chain
+        # step would (llama-cpp-python turns flash attention off unless asked).
+        flash_attn_type=int(llm.context_params.flash_attn_type),
     )
     setattr(llm, _DECODER_ATTR, dec)
     return dec
