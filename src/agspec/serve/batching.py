@@ -399,6 +399,7 @@ class BatchLoop:
             committed = [draft[i] for i in path] + [argmax[path[-1] + 1 if path else 0]]
             accepted = len(path)
             self.decoder.keep_path(r.slot, path)
+            self.engine.metrics.tree_steps.labels(r.agent_label).inc()
         elif r.sampling is None:
             chosen = rows.argmax(axis=1)
             accepted = 0
