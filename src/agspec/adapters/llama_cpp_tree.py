@@ -34,7 +34,7 @@ from agspec.adapters.llama_cpp_batch import SlotDecoder, common_prefix_length
 from agspec.drafter.protocol import CallDrafter
 from agspec.drafter.tree import DraftTree, check_tree, greedy_tree_path
 
-__all__ = ["generate_tree", "tree_decoder", "fit_branches"]
+__all__ = ["fit_branches", "generate_tree", "prefill_tree", "tree_decoder"]
 
 _DECODER_ATTR = "_agspec_tree_decoder"
 
@@ -60,6 +60,22 @@ def tree_decoder(llm: Any, *, max_branches: int) -> SlotDecoder:
     )
     setattr(llm, _DECODER_ATTR, dec)
     return dec
+
+
+def prefill_tree(
+    llm: Any, prompt_ids: Sequence[int], *, max_branches: int, reuse_prefix: bool = True
+) -> int:
+    """Evaluates the prompt but its last token in `llm`'s tree context (`tree_decoder`),
+    keeping the longest cached prefix when `reuse_prefix`; returns how many prompt tokens
+    were reused. `generate_tree` starts with it; a benchmark that prefills before timing
+    the decoding calls it too."""
+    dec = tree_decoder(llm, max_branches=max_branches)
+    prompt = [int(t) for t in prompt_ids]
+    reused = common_prefix_length(dec.cached[0], prompt[:-1]) if reuse_prefix else 0
+    dec.keep(0, reused)
+    for start in range(reused, len(prompt) - 1, dec.n_batch):
+        dec.decode([(0, prompt[start : min(start + dec.n_batch, len(prompt) - 1)], 0, 0)])
+    return reused
 
 
 def fit_branches(tree: DraftTree, max_branches: int) -> DraftTree:
@@ -111,10 +127,7 @@ def generate_tree(
         raise ValueError(f"prompt has {len(prompt)} tokens; the context holds {n_ctx}")
     eos = set(eos_token_ids) if eos_token_ids is not None else {llm.token_eos()}
     t0 = time.perf_counter()
-    reused = common_prefix_length(dec.cached[0], prompt[:-1]) if reuse_prefix else 0
-    dec.keep(0, reused)
-    for start in range(reused, len(prompt) - 1, dec.n_batch):
-        dec.decode([(0, prompt[start : min(start + dec.n_batch, len(prompt) - 1)], 0, 0)])
+    reused = prefill_tree(llm, prompt, max_branches=max(1, max_nodes), reuse_prefix=reuse_prefix)
     prefill_ms = (time.perf_counter() - t0) * 1000.0
     result = GenerationResult(tokens=[], prompt_tokens=len(prompt), reused_prompt_tokens=reused)
     pending = prompt[-1]
