@@ -15,7 +15,9 @@ wall time of the call's decoding is measured:
 - `llama-pld`: stock `Llama.generate` with `LlamaPromptLookupDecoding()` (its defaults:
   max_ngram_size 2, num_pred_tokens 10);
 - `<drafter>-hook`: stock `Llama.generate` with `AgSpecLlamaDraftModel` fed by the drafter;
-- `<drafter>-loop`: `agspec.adapters.llama_cpp.generate` (own loop) with the drafter.
+- `<drafter>-loop`: `agspec.adapters.llama_cpp.generate` (own loop) with the drafter
+  (a drafter with `propose_tree`, AgSpec's, is verified as a token tree, in the Llama's
+  tree context, prefilled with the prompt before the call like the Llama's own).
 
 Every method's output is compared with `ar`'s, token for token.
 
@@ -191,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         logit_gap,
         prefill,
     )
+    from agspec.adapters.llama_cpp_tree import prefill_tree
     from agspec.lab.registry import make_server
     from agspec.models import resolve_model
     from agspec.tokenizers import get_tokenizer
@@ -256,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         prefill(llm, prompt, reuse_prefix=False)
         prefill_s = time.perf_counter() - t
+        # The own loop verifies AgSpec's token trees in a second context of the same
+        # model (agspec.adapters.llama_cpp_tree): prefill it too, untimed, so every
+        # method starts on a warm cache.
+        prefill_tree(llm, prompt, max_branches=args.num_draft_tokens)
         row: dict[str, Any] = {
             "session": session.session_id,
             "call": index,

@@ -149,6 +149,54 @@ def test_concurrent_clients_get_what_each_gets_alone(servers, llm) -> None:
           f"{total - equal} near-tie flips (gaps {FLIPS})")  # fmt: skip
 
 
+def _flat_profile(path: Path) -> Path:
+    """A cost profile where verifying 32 tokens costs what one does: wide trees pay."""
+    n = list(range(1, 33))
+    path.write_text(json.dumps({
+        "format": "agspec-cost-profile", "version": 1, "backend": "llama.cpp",
+        "model": MODEL, "device": "test (flat)", "context_tokens": 1024,
+        "batch_sizes": {"1": {"n_tokens": n, "step_ms": [10.0] * len(n)}},
+    }))  # fmt: skip
+    return path
+
+
+def test_concurrent_clients_with_token_trees(servers, llm, tmp_path) -> None:
+    """8 clients at once on 4 slots of a server whose (flat) cost profile makes token
+    trees pay: each answer is the one the request gets alone from a one-slot plain
+    server, up to near-ties, and trees of several branches were verified."""
+    ref_srv = servers[0]
+    profile = _flat_profile(tmp_path / "flat.json")
+    variants = [
+        {"role": "user", "content": "Repeat exactly, then go on: the red fox ran. the red "
+         "dog sat. the red fox sat. the red cat ran. the red"},
+        {"role": "user", "content": "Repeat exactly: a = 1\nb = 2\na = 3\nc = 2\na = 1\nb ="},
+    ]  # fmt: skip
+    prompts = [*agent_messages(6), [variants[0]], [variants[1]]]
+    refs = [chat(ref_srv, m, extra_headers=IDS).model_extra["agspec"] for m in prompts]
+    srv = _start(["--parallel", "4", "--drafter", "agspec", "--cost-profile", str(profile),
+                  "--fixed-cost-profile"])  # fmt: skip
+    try:
+        equal = 0
+        for _ in range(2):  # the second round drafts from the first's answers too
+            got = concurrently(
+                lambda i, m: chat(srv, m, user=f"tree-{i}", extra_headers=IDS), prompts
+            )
+            for r, g in zip(refs, got):
+                a = g.model_extra["agspec"]
+                assert a["prompt_ids"] == r["prompt_ids"]
+                equal += same_or_near_tie(llm, r["prompt_ids"], r["output_ids"], a["output_ids"])
+        text = httpx.get(f"{srv.url}/metrics", timeout=30).text
+    finally:
+        assert srv.stop() == 0
+    trees = sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("agspec_tree_steps_total{")
+    )
+    print(f"\ntrees: {equal} of {2 * len(prompts)} answers equal, {trees:g} tree steps")
+    assert trees > 0, "no step verified a tree of more than one branch"
+
+
 def test_speculative_decoding_metrics_in_vllm_schema(servers) -> None:
     """The vLLM per-request object agrees with the request's own counts, streamed or not."""
     _, _, spec = servers

@@ -359,9 +359,15 @@ def generate(
     sampling: Sampling | None = None,
     on_commit: Callable[[list[int]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    trees: bool = True,
 ) -> GenerationResult:
     """Greedy speculative decoding with `drafter`; `drafter=None` is plain greedy decoding.
     With `sampling`, sampled decoding instead, exactly (see `Sampling`).
+
+    A drafter that drafts token trees (`propose_tree`: AgSpec's calls) is verified as a
+    tree, every node in one batch (`agspec.adapters.llama_cpp_tree`), when decoding is
+    greedy and `trees` is True; sampled decoding, and `trees=False`, verify its chain
+    (`propose`). Where its cost rule says no tree pays, the tree is that chain.
 
     Every step evaluates the pending token plus the draft in one batch; the committed
     tokens are the draft's longest prefix that equals the argmax, plus the argmax after it.
@@ -388,6 +394,15 @@ def generate(
     if len(prompt) >= n_ctx:
         raise ValueError(f"prompt has {len(prompt)} tokens; the context holds {n_ctx}")
     eos = set(eos_token_ids) if eos_token_ids is not None else {llm.token_eos()}
+    if trees and sampling is None and getattr(drafter, "propose_tree", None) is not None:
+        from agspec.adapters.llama_cpp_tree import generate_tree
+
+        assert drafter is not None
+        return generate_tree(
+            llm, prompt, drafter, max_new_tokens, max_nodes=num_draft_tokens,
+            eos_token_ids=sorted(eos), reuse_prefix=reuse_prefix, on_step=on_step,
+            on_commit=on_commit, should_stop=should_stop,
+        )  # fmt: skip
 
     rng = random.Random(sampling.seed) if sampling is not None else None
     t0 = time.perf_counter()

@@ -29,7 +29,7 @@ from typing import Any
 
 from agspec.adapters.transformers import DraftStats, _import_torch_transformers
 from agspec.drafter.protocol import CallDrafter
-from agspec.drafter.tree import DraftTree, check_tree
+from agspec.drafter.tree import DraftTree, check_tree, greedy_tree_path
 
 __all__ = ["generate_with_tree_drafter", "tree_attention"]
 
@@ -160,19 +160,8 @@ def generate_with_tree_drafter(
                 cache = _cache_of(out)
                 argmax = out.logits[0].argmax(-1).tolist()  # [n]: the model's next tokens
                 # Walk down the tree while the model agrees: row 0 is the last token.
-                kids: dict[int, dict[int, int]] = {}
-                for i, par in enumerate(parents):
-                    kids.setdefault(par, {}).setdefault(tokens[i], i)
-                path: list[int] = []
-                node = -1
-                while True:
-                    want = argmax[node + 1]
-                    child = kids.get(node, {}).get(want)
-                    if child is None:
-                        break
-                    path.append(child)
-                    node = child
-                committed = [tokens[i] for i in path] + [argmax[node + 1]]
+                path = greedy_tree_path(tree, argmax)
+                committed = [tokens[i] for i in path] + [argmax[path[-1] + 1 if path else 0]]
                 keep = torch.tensor(
                     [*range(past + 1), *(past + 1 + i for i in path)], device=device
                 )

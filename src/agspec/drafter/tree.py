@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DraftTree", "check_tree", "tree_commit"]
+__all__ = ["DraftTree", "check_tree", "greedy_tree_path", "tree_branches", "tree_commit"]
 
 
 def check_tree(token_ids: Sequence[int], parents: Sequence[int], *, what: str = "tree") -> None:
@@ -174,3 +174,55 @@ def tree_commit(
             first += 1
             node = i
     return accepted, reference[start : start + accepted + 1], first
+
+
+def greedy_tree_path(tree: DraftTree, next_tokens: Sequence[int]) -> list[int]:
+    """The nodes a live greedy verifier accepts, root to leaf: from the root, the child
+    whose token is the model's own next token, while there is one (of siblings with the
+    same token, the first). `next_tokens[0]` is the model's token after the last committed
+    token, `next_tokens[i + 1]` its token after node i (one forward over the tree). The
+    committed tokens are the path's tokens plus `next_tokens` after its last node (the
+    bonus). The one walk of every engine that verifies trees (transformers, llama.cpp).
+
+    >>> tree = DraftTree([8, 9, 4], [-1, 0, 0])
+    >>> greedy_tree_path(tree, [8, 4, 1, 2])   # after 7: 8; after 8: 4; after 4: 2
+    [0, 2]
+    """
+    tokens, parents = tree.token_ids, tree.parents
+    kids: dict[int, dict[int, int]] = {}
+    for i, par in enumerate(parents):
+        kids.setdefault(par, {}).setdefault(tokens[i], i)
+    path: list[int] = []
+    node = -1
+    while True:
+        child = kids.get(node, {}).get(int(next_tokens[node + 1]))
+        if child is None:
+            return path
+        path.append(child)
+        node = child
+
+
+def tree_branches(parents: Sequence[int]) -> tuple[list[int], list[list[int]], list[int]]:
+    """The tree's branches (one per leaf, in node order): (leaves, for each node the
+    branches through it, in rank order, and each node's depth, 1 for a root child). An
+    engine that gives each branch its own KV sequence tags a node with the sequences of
+    the branches through it.
+
+    >>> tree_branches([-1, 0, 1, 0, -1])    # 0 -> 1 -> 2, 0 -> 3, 4
+    ([2, 3, 4], [[0, 1], [0], [0], [1], [2]], [1, 2, 3, 2, 1])
+    """
+    n = len(parents)
+    depth = [0] * n
+    is_leaf = [True] * n
+    for i, par in enumerate(parents):
+        depth[i] = 1 if par < 0 else depth[par] + 1
+        if par >= 0:
+            is_leaf[par] = False
+    leaves = [i for i in range(n) if is_leaf[i]]
+    through: list[list[int]] = [[] for _ in range(n)]
+    for b, leaf in enumerate(leaves):
+        node = leaf
+        while node >= 0:
+            through[node].append(b)
+            node = parents[node]
+    return leaves, through, depth

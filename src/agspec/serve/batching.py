@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agspec.adapters.llama_cpp_batch import SlotDecoder, common_prefix_length
+from agspec.adapters.llama_cpp_tree import fit_branches
+from agspec.drafter.tree import DraftTree, check_tree, greedy_tree_path
 from agspec.serve.metrics import speculative_decoding_metrics
 from agspec.serve.schema import APIError
 from agspec.serve.text import TextStream
@@ -72,7 +74,8 @@ class _Running:
     decoding: bool = False
     pending: int = -1
     evaluated: int = 0  # tokens of this request in the last step (pending, draft, probe)
-    draft: list[int] = field(default_factory=list)
+    draft: list[int] = field(default_factory=list)  # the chain, or the tree's nodes
+    tree: DraftTree | None = None  # a draft with more than one branch (its nodes: draft)
     committed: list[int] | None = None  # for the drafter's next accept (step_batch)
     tokens: list[int] = field(default_factory=list)
     steps: list[tuple[int, int, int]] = field(default_factory=list)  # drafted, accepted, committed
@@ -110,7 +113,10 @@ class BatchLoop:
             slot_ctx_tokens=cfg.n_ctx,
             n_batch=cfg.n_batch,
             threads=cfg.threads,
+            branches_per_slot=tree_branches_per_slot(engine.drafter_server, cfg),
         )
+        # Greedy AgSpec requests draft token trees when the slots have room for branches.
+        self.trees = self.decoder.branches_per_slot > 1
         self.slots: list[_Running | None] = [None] * cfg.parallel
         self._last_used = [0.0] * cfg.parallel
         self.num_steps = 0
@@ -252,6 +258,7 @@ class BatchLoop:
             self._draft(decoding)
         t_decode = time.perf_counter()
         parts: list[tuple[int, list[int], int, int]] = []
+        trees: dict[int, list[int]] = {}
         probe = self._probe(decoding)
         for r in decoding:
             toks = [r.pending, *r.draft]
@@ -259,6 +266,8 @@ class BatchLoop:
                 toks += probe[1]
             r.evaluated = len(toks)
             parts.append((r.slot, toks, 0, 1 + len(r.draft)))
+            if r.tree is not None:
+                trees[r.slot] = r.tree.parents
         used = sum(len(p[1]) for p in parts)
         room = cfg.n_batch - used
         chunk_cap = min(room, cfg.prefill_chunk) if decoding else room
@@ -272,7 +281,7 @@ class BatchLoop:
             chunk_cap -= n
         if not parts:
             return
-        logits = self.decoder.decode(parts)
+        logits = self.decoder.decode(parts, trees)
         t_verify = time.perf_counter()
         row = 0
         step_tokens = sum(len(p[1]) for p in parts)
@@ -324,15 +333,29 @@ class BatchLoop:
         cfg = self.engine.config
         batched: list[_Running] = []
         caps: list[int] = []
+        priced = False
         for r in decoding:
             room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1
             want = max(0, min(cfg.num_draft_tokens, r.max_new - len(r.tokens) - 1, room))
             r.draft = []
+            r.tree = None
             if r.call is None:
                 continue
             if _is_agspec_call(r.call):
-                batched.append(r)
-                caps.append(want)
+                if not (self.trees and r.sampling is None):
+                    batched.append(r)
+                    caps.append(want)
+                    continue
+                # A token tree, call by call (step_batch drafts chains), priced at the
+                # live batch size as step_batch prices its chains.
+                if not priced:
+                    r.call.session.server.set_batch_size(len(decoding))
+                    priced = True
+                if r.committed:
+                    r.call.accept(r.committed)
+                r.committed = None
+                if want > 0:
+                    self._take_tree(r, r.call.propose_tree(want), want)
                 continue
             if r.committed:
                 r.call.accept(r.committed)
@@ -354,9 +377,30 @@ class BatchLoop:
                 r.draft = [int(t) for t in d][:k]
                 r.source = str(r.call.last_source or "other") if r.draft else "other"
 
+    def _take_tree(self, r: _Running, tree: Any, want: int) -> None:
+        """The drafter's tree as this step's draft: checked (refused before decoding),
+        cut to the slot's branch sequences; a one-branch tree is a chain."""
+        if not isinstance(tree, DraftTree):
+            raise TypeError(f"propose_tree must return a DraftTree, got {type(tree).__name__}")
+        check_tree(tree.token_ids, tree.parents, what="the drafter's tree")
+        if len(tree) > want:
+            raise ValueError(f"the drafter proposed {len(tree)} nodes, more than {want}")
+        tree = fit_branches(tree, self.decoder.branches_per_slot)
+        r.draft = [int(t) for t in tree.token_ids]
+        r.tree = None if tree.is_chain else tree
+        r.source = str(r.call.last_source or "other") if r.draft else "other"
+
     def _verify(self, r: _Running, rows: np.ndarray) -> None:
         draft = r.draft
-        if r.sampling is None:
+        if r.tree is not None:
+            # Greedy over the tree: the accepted root path stays in the slot's KV.
+            argmax = rows.argmax(axis=1).tolist()
+            path = greedy_tree_path(r.tree, argmax)
+            committed = [draft[i] for i in path] + [argmax[path[-1] + 1 if path else 0]]
+            accepted = len(path)
+            self.decoder.keep_path(r.slot, path)
+            self.engine.metrics.tree_steps.labels(r.agent_label).inc()
+        elif r.sampling is None:
             chosen = rows.argmax(axis=1)
             accepted = 0
             while accepted < len(draft) and int(chosen[accepted]) == draft[accepted]:
@@ -371,9 +415,10 @@ class BatchLoop:
                 if i >= len(draft) or token != draft[i]:
                     break
             accepted = len(committed) - 1
-        base = len(self.decoder.cached[r.slot]) - r.evaluated
-        # KV keeps the pending token and the accepted draft; the bonus is pending now.
-        self.decoder.keep(r.slot, base + 1 + accepted)
+        if r.tree is None:
+            base = len(self.decoder.cached[r.slot]) - r.evaluated
+            # KV keeps the pending token and the accepted draft; the bonus is pending now.
+            self.decoder.keep(r.slot, base + 1 + accepted)
         stop = None
         eos = self.engine.eog
         for i, token in enumerate(committed):
@@ -506,6 +551,15 @@ class BatchLoop:
             queued_ms=(r.started - r.job.submitted) * 1000.0,
             speculative_decoding=spec,
         )
+
+
+def tree_branches_per_slot(drafter_server: Any, cfg: Any) -> int:
+    """Sequence ids per slot for token trees: one per possible branch (a tree of
+    `--num-draft-tokens` nodes has at most that many leaves), within llama.cpp's 256
+    sequences over all slots; 1 (chains only) when the drafter drafts no trees."""
+    if int(getattr(drafter_server, "tree_max_nodes", 1)) <= 1 or cfg.num_draft_tokens <= 1:
+        return 1
+    return max(1, min(cfg.num_draft_tokens, 256 // cfg.parallel))
 
 
 def _is_agspec_call(call: Any) -> bool:

@@ -10,6 +10,8 @@ sends a new system prompt per request cannot grow the registry without bound):
 - `agspec_drafted_tokens_total{agent, source}`, `agspec_accepted_tokens_total{agent, source}`
   (`source`: the corpus the draft came from: request, session, workspace, history, global;
   `other` for drafters that do not say)
+- `agspec_tree_steps_total{agent}` (verification steps whose draft was a token tree of
+  more than one branch)
 - `agspec_draft_seconds_total{agent}`, `agspec_verify_seconds_total{agent}`,
   `agspec_prefill_seconds_total{agent}`
 
@@ -94,6 +96,10 @@ class ServeMetrics:
         self.accepted = Counter(
             "agspec_accepted_tokens", "Draft tokens accepted", ["agent", "source"], registry=r
         )
+        self.tree_steps = Counter(
+            "agspec_tree_steps", "Verification steps of a token tree (more than one branch)",
+            ["agent"], registry=r,
+        )  # fmt: skip
         self.draft_seconds = Counter(
             "agspec_draft_seconds", "Time spent drafting", ["agent"], registry=r
         )
