@@ -180,6 +180,15 @@ def _mutate(rng: random.Random, body: dict[str, Any]) -> None:
         body[field] = value
 
 
+def _usable_count(v: Any, *, missing_ok: bool) -> bool:
+    """Whether the server would take `v` as a token count above 4 (or as no limit)."""
+    if v is None:
+        return missing_ok
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return (isinstance(v, int) or v.is_integer()) and v > 4
+
+
 def fuzz_cases(seed: int, count: int) -> list[tuple[str, Any]]:
     """Bodies for both endpoints: valid ones with 1-3 hostile fields, and raw bytes that
     are not JSON, not UTF-8, deeply nested or not an object."""
@@ -199,14 +208,13 @@ def fuzz_cases(seed: int, count: int) -> list[tuple[str, Any]]:
         )  # fmt: skip
         for _ in range(rng.randint(1, 3)):
             _mutate(rng, body)
-        # A valid request must stay short (the fuzz is about input, not throughput):
-        # keep a small max_tokens whenever the mutation left a usable one.
-        mt = body.get("max_tokens")
-        if "max_tokens" not in body or (isinstance(mt, int) and not isinstance(mt, bool)
-                                        and mt > 4):  # fmt: skip
+        # A valid request must stay short (the fuzz is about input, not throughput): a
+        # missing or null max_tokens, or one the server takes as a large count (an int or
+        # an integral float such as 1e308), becomes 4; otherwise a valid request decodes
+        # to the end of the context and the verdict would hang on the machine's speed.
+        if _usable_count(body.get("max_tokens"), missing_ok=True):
             body["max_tokens"] = 4
-        mct = body.get("max_completion_tokens")
-        if isinstance(mct, int) and not isinstance(mct, bool) and mct > 4:
+        if _usable_count(body.get("max_completion_tokens"), missing_ok=False):
             body["max_completion_tokens"] = 4
         cases.append((path, body))
     return cases
