@@ -11,6 +11,7 @@ median ratio; exits non-zero when the two trees' runs commit a different number 
 tokens per step (their drafts differ).
 
     python benchmarks/ab_step_batch.py --other ../wt/base --rounds 8
+    python benchmarks/ab_step_batch.py --other ../wt/base --rounds 8 --trees   # token trees
 
 By default the two trees share this tree's native module (Python changes only: the
 script refuses a tree whose cpp/ differs). To compare native changes, build the other
@@ -144,9 +145,16 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--max-draft", type=int, default=16)
+    ap.add_argument(
+        "--trees",
+        action="store_true",
+        help="time accept + propose_tree per request (token trees) instead of step_batch",
+    )
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
+    # step_batch (chains), or accept + propose_tree per request (token trees).
+    mode: bool | str = "trees" if args.trees else True
     tok = get_tokenizer("qwen2.5")
     sessions, rest = bsb.load_sessions(args.source, tok, args.sessions)
     docs = global_docs(rest, tok, max_tokens=args.global_tokens)
@@ -172,7 +180,7 @@ def main() -> None:
             for name, (make, drafter) in trees.items():
                 bsb.drafter_mod = drafter
                 runs[name] = (bsb.Lockstep(make(), sessions, args.batch_size, args.max_draft,
-                                           True), drafter)  # fmt: skip
+                                           mode), drafter)  # fmt: skip
             ns = {"this": 0, "other": 0}
             full_ns = {"this": 0, "other": 0}
             steps = {"this": 0, "other": 0}

@@ -29,7 +29,7 @@ from agspec import drafter as drafter_mod
 from agspec.corpora import GlobalCorpus
 from agspec.drafter import VARIANTS, AgSpecServer
 from agspec.drafter.protocol import greedy_commit
-from agspec.drafter.tree import DraftTree, tree_commit
+from agspec.drafter.tree import tree_commit
 from agspec.policy.costmodel import get_cost_model
 from agspec.tokenizers import get_tokenizer
 from agspec.traces import render_call
@@ -101,9 +101,10 @@ class Lockstep:
         requests = len(slots)
         finished_ns = 0
         nxt = []
+        trees = self.batched == "trees"
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
-            if isinstance(draft, DraftTree):
+            if trees:  # a DraftTree (of this checkout or, in ab_step_batch, the other's)
                 _, commit, _ = tree_commit(draft, out, pos)
                 commit = list(commit)
             else:

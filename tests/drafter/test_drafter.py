@@ -358,3 +358,28 @@ def test_end_session_saves_state_at_most_every_save_interval(tmp_path):
         assert (tmp_path / "b.json").is_file()
     with pytest.raises(ValueError, match="save_interval_s"):
         AgSpecServer(tokenizer=CharTokenizer(), save_interval_s=-1.0)
+
+
+def test_drafts_grow_to_cost_free_draft_tokens_only_where_verifying_them_is_free():
+    # H200 roofline of a 32B model: 65 tokens cost one decode step at batch size 1 (the
+    # default may look 64 tokens ahead), 2.4 decode steps at 8 (it keeps 32). A CPU
+    # profile extrapolated past its measured lengths falls to 0 at 65 tokens, yet 33
+    # tokens cost 8.7 decode steps there: not free, 32.
+    from agspec.policy.costmodel import get_cost_model
+
+    gpu = get_cost_model("h200-qwen2.5-32b")
+    cpu = get_cost_model("epyc2t-llamacpp-qwen2.5-coder-0.5b-measured", context_tokens=1024)
+    assert cpu.step_cost(65, 1) <= 1.0 < cpu.step_cost(33, 1)
+
+    def bound(variant, cost_model, batch_size):
+        s = AgSpecServer.from_variant(variant, tokenizer=None, cost_model=cost_model)
+        s.set_batch_size(batch_size)
+        return s.lengths.cost_bound_tokens
+
+    assert bound("agspec", gpu, 1) == 64
+    assert bound("agspec", gpu, 8) == 32
+    assert bound("agspec", gpu, 16) == 32
+    assert bound("agspec", cpu, 1) == 32
+    assert bound("agspec-paper+cost", gpu, 1) == 32  # the option is off there
+    with pytest.raises(ValueError, match="cost_free_draft_tokens"):
+        AgSpecConfig(length_mode="cost", cost_free_draft_tokens=16)

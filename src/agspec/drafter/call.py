@@ -263,13 +263,25 @@ class AgSpecCall:
         )
         if server.batch_cost_mode:
             policy = server.lengths
-            prices = batch_prices(
-                server.tree_step_costs,
-                batch_size=policy.batch_size,
-                mean_draft=policy.mean_draft,
-                mean_committed=policy.mean_committed,
-                max_tokens=min(budget, len(tokens)),
-            )
+            top = min(budget, len(tokens))
+            chain_costs = policy.step_costs
+            if (
+                top < len(chain_costs)
+                and policy.mean_draft + top / policy.batch_size < len(chain_costs) - 2
+                and server.tree_step_costs[: len(chain_costs)] == chain_costs
+            ):
+                # The prices below, from the same costs and float operations (every point
+                # they interpolate lies within the chain's costs): the chain's rule has
+                # them at this batch state already (`_batch_prices` remembers them).
+                prices = policy._batch_prices(top)
+            else:
+                prices = batch_prices(
+                    server.tree_step_costs,
+                    batch_size=policy.batch_size,
+                    mean_draft=policy.mean_draft,
+                    mean_committed=policy.mean_committed,
+                    max_tokens=top,
+                )
             keep = size_tree(p, None, budget, prices=prices)
         else:
             keep = size_tree(p, server.tree_step_costs, budget)

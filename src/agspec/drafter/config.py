@@ -40,6 +40,11 @@ class AgSpecConfig:
     # weight of the prior in the learned acceptance curves (agspec.policy.cost_length).
     cost_max_draft_tokens: int = 32
     cost_prior_weight: float = 4.0
+    # Beyond the paper: where verifying this many tokens costs one decode step (within
+    # FREE_COST_TOLERANCE: a large model at batch size 1 on a big GPU), a draft may be
+    # this long instead of cost_max_draft_tokens (0: off). The cost rule still picks the
+    # length; this only lets it look further where tokens are free.
+    cost_free_draft_tokens: int = 0
     # Beyond the paper: token trees (agspec.policy.tree_size). The most nodes one tree may
     # have (0 or 1: a chain, as the paper drafts), and the deepest branch besides the
     # chain's. Needs length_mode="cost": the cost rule sizes the tree.
@@ -125,6 +130,14 @@ class AgSpecConfig:
         if not 1 <= self.tree_branch_tokens <= 64:
             raise ValueError(
                 f"tree_branch_tokens must be in [1, 64], got {self.tree_branch_tokens}"
+            )
+        if not (
+            self.cost_free_draft_tokens == 0
+            or self.cost_max_draft_tokens <= self.cost_free_draft_tokens <= 256
+        ):
+            raise ValueError(
+                f"cost_free_draft_tokens must be 0 (off) or in [cost_max_draft_tokens = "
+                f"{self.cost_max_draft_tokens}, 256], got {self.cost_free_draft_tokens}"
             )
         if not self.cost_prior_weight > 0:
             raise ValueError(f"cost_prior_weight must be > 0, got {self.cost_prior_weight}")

@@ -34,6 +34,9 @@ DEFAULT = replace(
     # Token trees: branches from several occurrences and every corpus, sized by the cost
     # rule (a CPU profile keeps the chain); chain engines (vLLM) get the first branch.
     tree_max_nodes=64,
+    # Drafts of up to 64 tokens where verifying them is free (a large model at batch
+    # size 1 on a big GPU); 32 elsewhere.
+    cost_free_draft_tokens=64,
 )
 
 VARIANTS: dict[str, AgSpecConfig] = {

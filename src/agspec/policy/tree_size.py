@@ -80,8 +80,11 @@ class BranchRates:
         return counts[1] / counts[0]
 
     def rates_for(self, agent: str) -> Callable[[int], float]:
-        """q_a as a function of the support, for one agent (one tree's scoring)."""
-        return lambda support: self.rate(agent, support)
+        """q_a as a function of the support, for one agent (one tree's scoring): the
+        agent's rates read once, so that one tree's scoring does no lookups by key."""
+        table = [self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)]
+        top = MAX_SUPPORT_BUCKET
+        return lambda support: table[support if support < top else top]
 
     def observe(self, agent: str, support: int, right: bool) -> None:
         key = (agent, min(support, MAX_SUPPORT_BUCKET))
@@ -202,8 +205,10 @@ def size_tree(
     earlier node), n the best count in [0, budget] by the chain's rule at these step costs
     (`best_length`; step_costs[k-1] the cost of verifying k tokens) or, given `prices`
     (`batch_prices` at a batch step), `best_length_at_prices`."""
-    order = sorted(range(len(probabilities)), key=lambda i: (-probabilities[i], i))
-    ranked = [probabilities[i] for i in order]
+    # A stable sort by -p: ties keep node order (the earlier node first).
+    neg = [-x for x in probabilities]
+    order = sorted(range(len(neg)), key=neg.__getitem__)
+    ranked = [-neg[i] for i in order]
     if prices is not None:
         n = best_length_at_prices(ranked, prices, budget)
     else:
