@@ -272,8 +272,8 @@ class AgSpecCall:
             ):
                 # The prices below, from the same costs and float operations (every point
                 # they interpolate lies within the chain's costs): the chain's rule has
-                # them at this batch state already (`_batch_prices` remembers them).
-                prices = policy._batch_prices(top)
+                # them at this batch state already (`cost.batch_prices` remembers them).
+                prices = policy.cost.batch_prices(top)
             else:
                 prices = batch_prices(
                     server.tree_step_costs,
