@@ -288,3 +288,18 @@ def test_a_big_gpu_profile_drafts_trees_that_win():
     assert tree.num_branch_wins > 0
     assert tree.drafted_per_step > chain.drafted_per_step
     assert tree.tokens_per_step > chain.tokens_per_step
+
+
+def test_trees_in_a_full_batch_price_nodes_at_the_batch_rate():
+    # H200, a 32B model, batch 16: the tree step prices its nodes with the chain rule's
+    # batch prices (`CostLengthRule.batch_prices`), so a tree is drafted where a node
+    # pays at the batch's rate; the run commits every output as the chain's run does.
+    from agspec.policy.costmodel import get_cost_model
+
+    gpu = get_cost_model("h200-qwen2.5-32b")
+    sessions = _agent_sessions(4)
+    tree = _replay("agspec", gpu, 16, sessions)
+    chain = _replay("agspec-chain", gpu, 16, sessions)
+    assert sum(tree.recorder.columns["committed"]) == sum(chain.recorder.columns["committed"])
+    assert tree.num_branch_wins > 0
+    assert tree.tokens_per_step >= chain.tokens_per_step
