@@ -35,6 +35,11 @@ from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 NEAR_TIE_LOGITS = 0.5  # as tests/serve/test_api.py
+# Trees: a tree step keeps its accepted cells in another KV order and its batches mix
+# sizes (other kernel tiles), which moves logits by up to 0.86 on SmolLM2 against plain
+# decoding, while a cell wrongly seen or missed moves them by 5.9 or more
+# (tests/adapters/test_llama_cpp_tree.py, KV_TOLERANCE). A flip at gap 0.63 was seen.
+TREE_NEAR_TIE_LOGITS = 1.5
 MAX_TOKENS = 24
 ROOT = Path(__file__).resolve().parents[2]
 COST_PROFILE = ROOT / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
@@ -95,8 +100,10 @@ def chat(srv: ServerProcess, messages: list[dict[str, str]], **kw: Any) -> Any:
 FLIPS: list[float] = []
 
 
-def same_or_near_tie(llm, prompt: list[int], reference: list[int], got: list[int]) -> bool:
-    return _same_or_near_tie(llm, prompt, reference, got, flips=FLIPS, limit=NEAR_TIE_LOGITS)
+def same_or_near_tie(
+    llm, prompt: list[int], reference: list[int], got: list[int], limit: float = NEAR_TIE_LOGITS
+) -> bool:
+    return _same_or_near_tie(llm, prompt, reference, got, flips=FLIPS, limit=limit)
 
 
 def concurrently(fn: Any, items: list[Any]) -> list[Any]:
@@ -184,7 +191,9 @@ def test_concurrent_clients_with_token_trees(servers, llm, tmp_path) -> None:
             for r, g in zip(refs, got):
                 a = g.model_extra["agspec"]
                 assert a["prompt_ids"] == r["prompt_ids"]
-                equal += same_or_near_tie(llm, r["prompt_ids"], r["output_ids"], a["output_ids"])
+                equal += same_or_near_tie(
+                    llm, r["prompt_ids"], r["output_ids"], a["output_ids"], TREE_NEAR_TIE_LOGITS
+                )
         text = httpx.get(f"{srv.url}/metrics", timeout=30).text
     finally:
         assert srv.stop() == 0
