@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from agspec.drafter.session_inference import agent_name
@@ -20,7 +20,6 @@ from agspec.serve.routes.common import (
     RouteContext,
     client_ids,
     read_json,
-    speculative_metrics,
     stream,
     usage,
     wants_ids,
@@ -72,36 +71,24 @@ def chat_router(ctx: RouteContext) -> APIRouter:
             return msg
 
         job.on_done = on_done
-        ctx.submit(job, "chat")
-        cid = f"chatcmpl-{secrets.token_hex(12)}"
-        created = int(time.time())
-        if req.stream:
-            return StreamingResponse(
-                _chat_stream(job, events, cid, created, engine.model_name, req.include_usage,
-                             lambda status: ctx.count("chat", job, status, t0)),
-                media_type="text/event-stream", headers=ctx.headers_for(job),
-            )  # fmt: skip
-        done = await ctx.wait_result(request, job, events)
-        if done is None:
-            ctx.count("chat", job, "499", t0)
-            return Response(status_code=499)
-        answer = done.answer or {"role": "assistant", "content": done.text}
-        finish = "tool_calls" if answer.get("tool_calls") else done.finish_reason
-        message = {"role": "assistant", "content": answer.get("content")}
-        if answer.get("tool_calls"):
-            message["tool_calls"] = answer["tool_calls"]
-            message["content"] = answer.get("content") or None
-        body = {
-            "id": cid, "object": "chat.completion", "created": created,
-            "model": engine.model_name,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": finish}],
-            "usage": usage(done),
-            "metrics": speculative_metrics(done),
-            "agspec": done.stats,
-        }  # fmt: skip
-        ctx.count("chat", job, "200", t0)
-        return JSONResponse(body, headers=ctx.headers_for(job))
+
+        def choice(done: Finished) -> dict[str, Any]:
+            answer = done.answer or {"role": "assistant", "content": done.text}
+            message = {"role": "assistant", "content": answer.get("content")}
+            if answer.get("tool_calls"):
+                message["tool_calls"] = answer["tool_calls"]
+                message["content"] = answer.get("content") or None
+                return {"index": 0, "message": message, "logprobs": None,
+                        "finish_reason": "tool_calls"}  # fmt: skip
+            return {"index": 0, "message": message, "logprobs": None,
+                    "finish_reason": done.finish_reason}  # fmt: skip
+
+        return await ctx.answer(
+            request, job, events, endpoint="chat", t0=t0, id_prefix="chatcmpl",
+            obj="chat.completion", choice=choice,
+            stream_body=lambda cid, created, count: _chat_stream(
+                job, events, cid, created, engine.model_name, req.include_usage, count),
+        )  # fmt: skip
 
     return router
 

@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agspec.serve.engine import Delta, Engine, Failed, Finished, Job, QueueFull
 from agspec.serve.schema import APIError, safe_id
@@ -166,6 +167,41 @@ class RouteContext:
             raise
         finally:
             gone.cancel()
+
+    async def answer(
+        self, request: Request, job: Job, events: asyncio.Queue[Any], *, endpoint: str,
+        t0: float, id_prefix: str, obj: str,
+        stream_body: Callable[[str, int, Callable[[str], None]], AsyncIterator[bytes]],
+        choice: Callable[[Finished], dict[str, Any]],
+    ) -> Response:  # fmt: skip
+        """Submits `job` and answers it, as both endpoints do: server-sent events from
+        `stream_body(id, created, count)` when the job streams, else one JSON body of
+        object `obj` whose only choice is `choice(done)`, with `usage`, vLLM's
+        `metrics.speculative_decoding` and our `agspec` stats. A client gone before the
+        end is counted as 499."""
+        self.submit(job, endpoint)
+        cid = f"{id_prefix}-{secrets.token_hex(12)}"
+        created = int(time.time())
+
+        def count(status: str) -> None:
+            self.count(endpoint, job, status, t0)
+
+        if job.stream:
+            return StreamingResponse(
+                stream_body(cid, created, count), media_type="text/event-stream",
+                headers=self.headers_for(job),
+            )  # fmt: skip
+        done = await self.wait_result(request, job, events)
+        if done is None:
+            count("499")
+            return Response(status_code=499)
+        body = {
+            "id": cid, "object": obj, "created": created, "model": self.engine.model_name,
+            "choices": [choice(done)], "usage": usage(done),
+            "metrics": speculative_metrics(done), "agspec": done.stats,
+        }  # fmt: skip
+        count("200")
+        return JSONResponse(body, headers=self.headers_for(job))
 
     @staticmethod
     def headers_for(job: Job) -> dict[str, str]:

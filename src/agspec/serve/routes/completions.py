@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from agspec.serve.engine import Finished, Job
@@ -18,7 +17,6 @@ from agspec.serve.routes.common import (
     RouteContext,
     client_ids,
     read_json,
-    speculative_metrics,
     stream,
     usage,
     wants_ids,
@@ -59,32 +57,15 @@ def completions_router(ctx: RouteContext) -> APIRouter:
             return_ids=wants_ids(request),
         )  # fmt: skip
         request.state.job = job
-        ctx.submit(job, "completions")
-        cid = f"cmpl-{secrets.token_hex(12)}"
-        created = int(time.time())
         echo = text if req.echo else ""
-        if req.stream:
-            return StreamingResponse(
-                _completion_stream(job, events, cid, created, engine.model_name,
-                                   req.include_usage, echo,
-                                   lambda status: ctx.count("completions", job, status, t0)),
-                media_type="text/event-stream", headers=ctx.headers_for(job),
-            )  # fmt: skip
-        done = await ctx.wait_result(request, job, events)
-        if done is None:
-            ctx.count("completions", job, "499", t0)
-            return Response(status_code=499)
-        body = {
-            "id": cid, "object": "text_completion", "created": created,
-            "model": engine.model_name,
-            "choices": [{"text": echo + done.text, "index": 0, "logprobs": None,
-                         "finish_reason": done.finish_reason}],
-            "usage": usage(done),
-            "metrics": speculative_metrics(done),
-            "agspec": done.stats,
-        }  # fmt: skip
-        ctx.count("completions", job, "200", t0)
-        return JSONResponse(body, headers=ctx.headers_for(job))
+        return await ctx.answer(
+            request, job, events, endpoint="completions", t0=t0, id_prefix="cmpl",
+            obj="text_completion",
+            choice=lambda done: {"text": echo + done.text, "index": 0, "logprobs": None,
+                                 "finish_reason": done.finish_reason},
+            stream_body=lambda cid, created, count: _completion_stream(
+                job, events, cid, created, engine.model_name, req.include_usage, echo, count),
+        )  # fmt: skip
 
     return router
 
