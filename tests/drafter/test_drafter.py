@@ -289,7 +289,7 @@ def test_cost_mode_curves_survive_a_restart(tmp_path):
     run_call(sess.call("coder"), "\x00one", "abcdefgh abcdefgh abcdefgh")
     server.end_session("s")
     assert path.exists()
-    learned = server.lengths.survival._counts  # something was learned, not just the prior
+    learned = server.lengths.survival.counts  # something was learned, not just the prior
     assert any(agent == "coder" for agent, _ in learned)
     again = AgSpecServer(tokenizer=CharTokenizer(), config=cfg, cost_model=Flat(), curves_path=path)
     for m in (1, 2, 5, 9):

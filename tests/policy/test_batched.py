@@ -42,7 +42,7 @@ def test_observe_batch_is_observe_one_at_a_time(obs, max_tokens):
         one.observe(agent, m, drafted_tokens=d, accepted_tokens=a)
     many.observe_batch([o[0] for o in obs], [o[1] for o in obs], [o[2] for o in obs],
                        [o[3] for o in obs])  # fmt: skip
-    assert many._counts == one._counts
+    assert many.counts == one.counts
     assert many.version == one.version
     for agent in AGENTS:
         for m in (0, 1, 3, 9, 40, 100):

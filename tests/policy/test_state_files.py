@@ -87,13 +87,13 @@ def test_bad_curve_counts_warn_and_start_from_the_prior(tmp_path: Path, text: st
     max_tokens = 1 if '"max_tokens": true' in text else 2
     with pytest.warns(RuntimeWarning, match="ignoring acceptance curves file"):
         s = MatchSurvival.load(path, max_tokens=max_tokens)
-    assert s._counts == {}
+    assert s.counts == {}
 
 
 def test_good_curves_still_load(tmp_path: Path) -> None:
     path = tmp_path / "curves.json"
     path.write_text(_curves([3, 2.5], [2, 1]))
-    assert MatchSurvival.load(path, max_tokens=2)._counts == {("a", 1): ([3.0, 2.5], [2.0, 1.0])}
+    assert MatchSurvival.load(path, max_tokens=2).counts == {("a", 1): ([3.0, 2.5], [2.0, 1.0])}
 
 
 _KILLED_SAVE = """

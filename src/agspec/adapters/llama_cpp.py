@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -451,33 +451,14 @@ def generate(
             # KV keeps the pending token and the accepted draft; the bonus is pending now.
             _rollback(llm, base + 1 + accepted)
             t_end = time.perf_counter()
-            stop = None
-            for i, token in enumerate(committed):
-                if token in eos:
-                    committed, stop = committed[: i + 1], "eos"
-                    break
-            if len(result.tokens) + len(committed) > max_new_tokens:
-                committed = committed[: max_new_tokens - len(result.tokens)]
-            result.tokens.extend(committed)
+            committed, stop = record_step(
+                result, committed, accepted=accepted, drafted=len(draft),
+                draft_ms=(t_verify - t_draft) * 1000.0, verify_ms=(t_end - t_verify) * 1000.0,
+                eos=eos, max_new_tokens=max_new_tokens, on_step=on_step, drafter=drafter,
+                on_commit=on_commit,
+            )  # fmt: skip
             pending = committed[-1]
-            stats = StepStats(
-                drafted_tokens=len(draft),
-                # Capped at what was committed: a draft can run past an EOS that stopped it.
-                accepted_tokens=min(accepted, len(committed)),
-                committed_tokens=len(committed),
-                evaluated_tokens=1 + len(draft),
-                draft_ms=(t_verify - t_draft) * 1000.0,
-                verify_ms=(t_end - t_verify) * 1000.0,
-            )
-            result.steps.append(stats)
-            if on_step is not None:
-                on_step(stats)
-            if drafter is not None:
-                drafter.accept(committed)
-            if on_commit is not None:
-                on_commit(committed)
             if stop is not None:
-                result.stopped_by = stop
                 break
     finally:
         if drafter is not None:
@@ -485,6 +466,46 @@ def generate(
     result.prefill_ms = prefill_ms
     result.total_ms = (time.perf_counter() - t0) * 1000.0
     return result
+
+
+def record_step(
+    result: GenerationResult, committed: list[int], *, accepted: int, drafted: int,
+    draft_ms: float, verify_ms: float, eos: Collection[int], max_new_tokens: int,
+    on_step: Callable[[StepStats], None] | None, drafter: CallDrafter | None,
+    on_commit: Callable[[list[int]], None] | None,
+) -> tuple[list[int], str | None]:  # fmt: skip
+    """One verified step's bookkeeping, for chains and trees alike: `committed` cut after
+    its first EOS and at `max_new_tokens`, appended to `result` with the step's
+    `StepStats`, then given to `on_step`, the drafter's `accept` and `on_commit`. Returns
+    what was committed and "eos" when an EOS ended the generation (also set as
+    `result.stopped_by`), else None."""
+    stop = None
+    for i, token in enumerate(committed):
+        if token in eos:
+            committed, stop = committed[: i + 1], "eos"
+            break
+    if len(result.tokens) + len(committed) > max_new_tokens:
+        committed = committed[: max_new_tokens - len(result.tokens)]
+    result.tokens.extend(committed)
+    stats = StepStats(
+        drafted_tokens=drafted,
+        # Capped at what was committed: a draft can run past an EOS that stopped it.
+        accepted_tokens=min(accepted, len(committed)),
+        committed_tokens=len(committed),
+        evaluated_tokens=1 + drafted,
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+    )
+    result.steps.append(stats)
+    if on_step is not None:
+        on_step(stats)
+    if drafter is not None:
+        drafter.accept(committed)
+    if on_commit is not None:
+        on_commit(committed)
+    if stop is not None:
+        result.stopped_by = stop
+    return committed, stop
 
 
 def time_verification_step(

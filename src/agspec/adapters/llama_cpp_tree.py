@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agspec.adapters.llama_cpp import GenerationResult, StepStats
+from agspec.adapters.llama_cpp import GenerationResult, StepStats, record_step
 from agspec.adapters.llama_cpp_batch import SlotDecoder, common_prefix_length
 from agspec.drafter.protocol import CallDrafter
 from agspec.drafter.tree import DraftTree, check_tree, greedy_tree_path
@@ -170,32 +170,14 @@ def generate_tree(
             else:
                 dec.keep_path(0, path)
             t_end = time.perf_counter()
-            accepted = len(path)
-            stop = None
-            for i, token in enumerate(committed):
-                if token in eos:
-                    committed, stop = committed[: i + 1], "eos"
-                    break
-            if len(result.tokens) + len(committed) > max_new_tokens:
-                committed = committed[: max_new_tokens - len(result.tokens)]
-            result.tokens.extend(committed)
+            committed, stop = record_step(
+                result, committed, accepted=len(path), drafted=len(tokens),
+                draft_ms=(t_verify - t_draft) * 1000.0, verify_ms=(t_end - t_verify) * 1000.0,
+                eos=eos, max_new_tokens=max_new_tokens, on_step=on_step, drafter=drafter,
+                on_commit=on_commit,
+            )  # fmt: skip
             pending = committed[-1]
-            stats = StepStats(
-                drafted_tokens=len(tokens),
-                accepted_tokens=min(accepted, len(committed)),
-                committed_tokens=len(committed),
-                evaluated_tokens=1 + len(tokens),
-                draft_ms=(t_verify - t_draft) * 1000.0,
-                verify_ms=(t_end - t_verify) * 1000.0,
-            )
-            result.steps.append(stats)
-            if on_step is not None:
-                on_step(stats)
-            drafter.accept(committed)
-            if on_commit is not None:
-                on_commit(committed)
             if stop is not None:
-                result.stopped_by = stop
                 break
     finally:
         drafter.end()
