@@ -7,8 +7,14 @@ own KV cells (one unified KV buffer of `num_slots * slot_ctx_tokens` cells), and
 keeps its tokens' KV after its request ends, so the next request that shares the prefix
 (the same agent session, one call later) evaluates only what is new.
 
+A slot can also start from another's cells (`copy_prefix`: the shared prefix's cells gain
+the slot's sequence id, no KV is copied) or from KV saved in host memory (`save`,
+`restore`: llama.cpp's per-sequence state), so a prompt is prefilled only past the
+longest prefix whose KV the server holds anywhere.
+
 This module knows llama.cpp's low-level API (`llama_batch`, `llama_decode`,
-`llama_get_logits`, `llama_memory_seq_rm`) and nothing of requests, drafting or HTTP.
+`llama_get_logits`, `llama_memory_seq_rm`, `llama_state_seq_*`) and nothing of requests,
+drafting or HTTP.
 
 Example with concrete tokens: slot 0 holds `[5, 6, 7]` (KV), slot 1 holds `[]`;
 `decode([(0, [8, 9], 0, 2), (1, [1, 2, 3], 0, 0)])` evaluates 8, 9 at positions 3, 4 of
@@ -28,7 +34,28 @@ import numpy as np
 from agspec.adapters.llama_cpp import import_llama_cpp
 from agspec.drafter.tree import tree_branches
 
-__all__ = ["SlotDecoder", "common_prefix_length"]
+__all__ = ["SavedKV", "SlotDecoder", "common_prefix_length"]
+
+
+class SavedKV:
+    """One slot's KV in host memory (`SlotDecoder.save`): the tokens whose KV it holds, at
+    positions 0..len-1, and llama.cpp's serialized sequence state. Opaque to callers but
+    for `tokens` and `nbytes`; `SlotDecoder.restore` puts it back into any slot of the
+    decoder that saved it."""
+
+    __slots__ = ("_buf", "_owner", "tokens")
+
+    def __init__(self, tokens: Sequence[int], buf: Any, owner: int) -> None:
+        self.tokens: tuple[int, ...] = tuple(int(t) for t in tokens)
+        self._buf = buf
+        self._owner = owner
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._buf)
+
+    def __repr__(self) -> str:
+        return f"SavedKV({len(self.tokens)} tokens, {self.nbytes} bytes)"
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -165,6 +192,63 @@ class SlotDecoder:
         if num_tokens < len(cached):
             self._lib.llama_memory_seq_rm(self._memory, slot, num_tokens, -1)
             del cached[num_tokens:]
+
+    def copy_prefix(self, src: int, dst: int, num_tokens: int) -> None:
+        """Make slot `dst` hold the first `num_tokens` tokens of slot `src` (its own KV
+        dropped first): the cells gain `dst`'s sequence id (`llama_memory_seq_cp` in the
+        unified buffer), so no KV is computed or copied and `src` keeps its own.
+
+        Example: slot 0 holds `[5, 6, 7, 8]`; `copy_prefix(0, 1, 3)` makes slot 1 hold
+        `[5, 6, 7]` in the same cells; decoding `[9]` in slot 1 then puts 9 at position 3
+        of sequence 1 alone."""
+        if src == dst:
+            raise ValueError(f"copy_prefix needs two slots, got {src} twice")
+        for s in (src, dst):
+            if s in self._trees:
+                raise RuntimeError(f"slot {s} decoded a tree: keep_path() first")
+        if not 0 <= num_tokens <= len(self.cached[src]):
+            raise ValueError(
+                f"slot {src} holds {len(self.cached[src])} tokens, cannot copy {num_tokens}"
+            )
+        lib, mem = self._lib, self._memory
+        lib.llama_memory_seq_rm(mem, dst, -1, -1)
+        if num_tokens:
+            lib.llama_memory_seq_cp(mem, src, dst, 0, num_tokens)
+        self.cached[dst] = self.cached[src][:num_tokens]
+
+    def save(self, slot: int) -> SavedKV:
+        """Slot `slot`'s KV, serialized into host memory (the slot keeps it too)."""
+        if slot in self._trees:
+            raise RuntimeError(f"slot {slot} decoded a tree: keep_path() first")
+        lib = self._lib
+        size = int(lib.llama_state_seq_get_size(self._ctx, slot))
+        buf = (ctypes.c_ubyte * size)()
+        n = int(lib.llama_state_seq_get_data(self._ctx, buf, size, slot))
+        if n != size:
+            raise RuntimeError(f"llama.cpp saved {n} of the {size} bytes of slot {slot}'s KV")
+        return SavedKV(self.cached[slot], buf, id(self))
+
+    def restore(self, slot: int, saved: SavedKV) -> bool:
+        """Replace slot `slot`'s KV by `saved` (from this decoder's `save`). False when
+        llama.cpp finds no room for its cells: the slot is then empty, as after
+        `keep(slot, 0)`."""
+        if saved._owner != id(self):
+            raise ValueError("this SavedKV was saved by another SlotDecoder")
+        if slot in self._trees:
+            raise RuntimeError(f"slot {slot} decoded a tree: keep_path() first")
+        if len(saved.tokens) > self.slot_ctx_tokens:
+            raise ValueError(
+                f"{len(saved.tokens)} saved tokens do not fit a slot of {self.slot_ctx_tokens}"
+            )
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        self.cached[slot] = []
+        n = int(lib.llama_state_seq_set_data(self._ctx, saved._buf, saved.nbytes, slot))
+        if n != saved.nbytes:
+            lib.llama_memory_seq_rm(self._memory, slot, -1, -1)
+            return False
+        self.cached[slot] = list(saved.tokens)
+        return True
 
     def clear(self) -> None:
         """Forget every slot's KV (after a failed decode)."""
