@@ -38,10 +38,18 @@ def test_a_busy_port_fails_before_anything_loads() -> None:
     assert "loading" not in r.stderr
 
 
+@pytest.mark.parametrize("flag", ["--memory-budget", "--kv-store"])
 @pytest.mark.parametrize("size", ["12x", "-1G", "G", ""])
-def test_a_bad_memory_budget_names_the_flag(size: str) -> None:
-    r = _serve("--memory-budget", size, "--port", "0")
-    assert r.returncode == 2 and "--memory-budget" in r.stderr
+def test_a_bad_size_names_the_flag(flag: str, size: str) -> None:
+    r = _serve(flag, size, "--port", "0")
+    assert r.returncode == 2 and flag in r.stderr
+
+
+def test_a_tiny_kv_store_is_refused_before_anything_loads() -> None:
+    r = _serve("--kv-store", "4k", "--port", "0")
+    assert r.returncode == 1
+    assert "--kv-store must be 0 (off) or >= 1M, got 4096" in r.stderr
+    assert "loading" not in r.stderr
 
 
 def test_sizes() -> None:

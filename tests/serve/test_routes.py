@@ -94,7 +94,7 @@ def test_answers_without_a_model(stand_in: Any) -> None:
     engine, c = stand_in
     assert c.get("/health").json() == {
         "status": "ok", "model": "m", "drafter": "agspec", "queue_depth": 0, "running": 0,
-        "parallel": 4, "sessions": 0, "cost_profile": None,
+        "parallel": 4, "sessions": 0, "cost_profile": None, "kv_store": None,
     }  # fmt: skip
     assert [d["id"] for d in c.get("/v1/models").json()["data"]] == ["m"]
     assert c.get("/v1/models/alias").json()["id"] == "m"

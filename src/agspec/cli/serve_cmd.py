@@ -3,7 +3,7 @@
     agspec serve [--model NAME|PATH.gguf] [--host 127.0.0.1] [--port 8000] [--threads N]
                  [--n-ctx N] [--drafter agspec|none|<any registered drafter>]
                  [--cost-profile FILE] [--state-dir DIR] [--record FILE.jsonl]
-                 [--memory-budget SIZE]
+                 [--memory-budget SIZE] [--parallel N] [--kv-store SIZE]
 
 Needs the `serve` extra (`pip install 'agspec[serve]'`) and llama-cpp-python.
 """
@@ -164,6 +164,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="prompt tokens prefilled per step while other requests decode (default 256)",
     )
     p.add_argument(
+        "--kv-store",
+        type=parse_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help="host memory for saved slot KV, e.g. 2G: a slot's cache of one session is saved "
+        "before another session's request cuts it, and restored for that session's next "
+        "call instead of prefilling it again; 0: off (default 1G)",
+    )
+    p.add_argument(
         "--queue-timeout",
         type=float,
         default=120.0,
@@ -194,6 +203,8 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.memory_budget and args.memory_budget < 1 << 20:
         raise ValueError(f"--memory-budget must be 0 (off) or >= 1M, got {args.memory_budget}")
+    if args.kv_store and args.kv_store < 1 << 20:
+        raise ValueError(f"--kv-store must be 0 (off) or >= 1M, got {args.kv_store}")
     _check_drafter(args.drafter)
     _check_port(args.host, args.port)
 
@@ -259,6 +270,7 @@ def _serve(args: argparse.Namespace) -> int:
             n_batch=args.n_batch,
             prefill_chunk=args.prefill_chunk,
             queue_timeout_s=args.queue_timeout,
+            kv_store_bytes=args.kv_store,
         ),
         progress=progress,
     )

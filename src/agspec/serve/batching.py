@@ -38,6 +38,7 @@ import numpy as np
 from agspec.adapters.llama_cpp_batch import SlotDecoder, common_prefix_length
 from agspec.adapters.llama_cpp_tree import fit_branches
 from agspec.drafter.tree import DraftTree, check_tree, greedy_tree_path
+from agspec.serve.kv_store import KVStore
 from agspec.serve.metrics import speculative_decoding_metrics
 from agspec.serve.schema import APIError
 from agspec.serve.text import TextStream
@@ -52,6 +53,11 @@ __all__ = ["BatchLoop", "PROBE_EVERY_STEPS"]
 
 # At most one probe step (`BatchLoop._probe`) in this many steps.
 PROBE_EVERY_STEPS = 4
+# A request starts from another slot's cells or a saved entry when that spares it at least
+# this many prompt tokens of prefill; a slot cache is saved when cutting it would lose at
+# least this many of another session's tokens.
+MIN_SHARED_TOKENS = 32
+MIN_SAVED_TOKENS = 64
 
 
 @dataclass
@@ -119,6 +125,9 @@ class BatchLoop:
         self.trees = self.decoder.branches_per_slot > 1
         self.slots: list[_Running | None] = [None] * cfg.parallel
         self._last_used = [0.0] * cfg.parallel
+        # The session whose request last used each slot (whose cache it holds).
+        self._owner: list[str | None] = [None] * cfg.parallel
+        self.kv_store = KVStore(cfg.kv_store_bytes) if cfg.kv_store_bytes > 0 else None
         self.num_steps = 0
 
     # --- the loop ---------------------------------------------------------------------
@@ -215,8 +224,11 @@ class BatchLoop:
             )
             r.rng = random.Random(seed)
         prompt = job.prompt_ids
-        # Keep the slot's cached prefix of the prompt (all but its last token, which stays
-        # pending for the first verification batch).
+        # Start from the longest prefix of the prompt held anywhere (this slot, another
+        # one, the KV store), then keep the slot's cached prefix of the prompt (all but its
+        # last token, which stays pending for the first verification batch).
+        self._seed_slot(slot, prompt[:-1], sid)
+        self._owner[slot] = sid
         r.reused = common_prefix_length(self.decoder.cached[slot], prompt[:-1])
         self.decoder.keep(slot, r.reused)
         r.prefilled = r.reused
@@ -226,6 +238,52 @@ class BatchLoop:
         eng.running = self.num_running
         if r.prefilled >= len(prompt) - 1:
             self._begin_decoding(r)
+
+    def _seed_slot(self, slot: int, want: list[int], sid: str) -> None:
+        """Make `slot` hold the longest prefix of `want` the server has: its own cache,
+        another slot's cells (`copy_prefix`) or a saved entry (`restore`), when that
+        saves at least `MIN_SHARED_TOKENS` more. A cache of another session that this
+        cuts is saved to the KV store first."""
+        dec, m = self.decoder, self.engine.metrics
+        own = common_prefix_length(dec.cached[slot], want)
+        src, most = -1, own
+        for i, cached in enumerate(dec.cached):
+            if i != slot and (n := common_prefix_length(cached, want)) > most:
+                src, most = i, n
+        store = self.kv_store
+        key, stored = store.best(want) if store is not None else (-1, 0)
+        if stored > most and stored >= own + MIN_SHARED_TOKENS:
+            assert store is not None
+            self._save_before_cut(slot, 0, sid)
+            ok = dec.restore(slot, store.take(key))
+            m.kv_restores.labels("ok" if ok else "failed").inc()
+        elif src >= 0 and most >= own + MIN_SHARED_TOKENS:
+            self._save_before_cut(slot, 0, sid)
+            dec.copy_prefix(src, slot, most)
+            m.kv_copies.inc()
+        else:
+            self._save_before_cut(slot, own, sid)
+        if store is not None:
+            m.kv_store_bytes.set(store.nbytes)
+            m.kv_store_entries.set(len(store))
+
+    def _save_before_cut(self, slot: int, keep: int, sid: str) -> None:
+        """Save `slot`'s cache to the KV store when cutting it to `keep` tokens would lose
+        at least `MIN_SAVED_TOKENS` of another session's tokens that no other slot or
+        entry holds."""
+        store, dec = self.kv_store, self.decoder
+        cached = dec.cached[slot]
+        owner = self._owner[slot]
+        if store is None or owner is None or owner == sid or len(cached) - keep < MIN_SAVED_TOKENS:
+            return
+        n = len(cached)
+        if store.covers(cached) or any(
+            i != slot and len(c) >= n and common_prefix_length(c, cached) == n
+            for i, c in enumerate(dec.cached)
+        ):
+            return
+        if store.put(dec.save(slot)):
+            self.engine.metrics.kv_saves.inc()
 
     def _begin_decoding(self, r: _Running) -> None:
         r.decoding = True

@@ -64,6 +64,7 @@ class EngineConfig:
     parallel: int = 4  # slots: requests decoded together in one batch
     prefill_chunk: int = 256  # prompt tokens per step while other requests decode
     queue_timeout_s: float = 120.0  # longest wait for a slot before a 503
+    kv_store_bytes: int = 1 << 30  # host memory for saved slot KV; 0: off
 
 
 class QueueFull(Exception):

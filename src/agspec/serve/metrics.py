@@ -21,7 +21,10 @@ Server-wide: `agspec_queue_depth`, `agspec_running_requests`, `agspec_sessions`,
 `agspec_session_known_messages_total` (messages of requests their session had already
 seen), `agspec_cancelled_total{reason}`, `agspec_rejected_total{reason}`,
 `agspec_request_seconds` (histogram), `agspec_cost_profile_live_samples`,
-`agspec_step_cost{batch_size, n_tokens}` (the live cost profile, `agspec.serve.cost_online`).
+`agspec_step_cost{batch_size, n_tokens}` (the live cost profile, `agspec.serve.cost_online`),
+`agspec_kv_prefix_copies_total`, `agspec_kv_saves_total`, `agspec_kv_restores_total{result}`,
+`agspec_kv_store_bytes`, `agspec_kv_store_entries` (prefixes shared across slots and the
+saved-KV store, docs/serve-parallel.md).
 """
 
 from __future__ import annotations
@@ -141,6 +144,24 @@ class ServeMetrics:
             "Cost of a step of n_tokens per request, in plain steps, as the drafter prices it",
             ["batch_size", "n_tokens"],
             registry=r,
+        )
+        self.kv_copies = Counter(
+            "agspec_kv_prefix_copies",
+            "Requests that started from another slot's cells for their prompt's prefix",
+            registry=r,
+        )
+        self.kv_saves = Counter(
+            "agspec_kv_saves", "Slot caches saved to the KV store before being cut", registry=r
+        )
+        self.kv_restores = Counter(
+            "agspec_kv_restores",
+            "Requests that started from a saved KV entry (result: ok, failed)",
+            ["result"],
+            registry=r,
+        )
+        self.kv_store_bytes = Gauge("agspec_kv_store_bytes", "Bytes the KV store holds", registry=r)
+        self.kv_store_entries = Gauge(
+            "agspec_kv_store_entries", "Entries the KV store holds", registry=r
         )
         self.latency = Histogram(
             "agspec_request_seconds",

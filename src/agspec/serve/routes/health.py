@@ -29,6 +29,7 @@ def health_router(ctx: RouteContext) -> APIRouter:
             "parallel": engine.config.parallel,
             "sessions": len(engine.resolver),
             "cost_profile": engine.cost_summary,
+            "kv_store": _kv_store(engine),
         }
 
     @router.get("/v1/models")
@@ -47,6 +48,15 @@ def health_router(ctx: RouteContext) -> APIRouter:
         return Response(m.render(), media_type=CONTENT_TYPE)
 
     return router
+
+
+def _kv_store(engine: Engine) -> dict[str, int] | None:
+    """The saved-KV store's budget and what it holds (None: `--kv-store 0`)."""
+    loop = getattr(engine, "loop", None)
+    store = getattr(loop, "kv_store", None)
+    if store is None:
+        return None
+    return {"budget_bytes": store.budget_bytes, "bytes": store.nbytes, "entries": len(store)}
 
 
 def _model_card(engine: Engine) -> dict[str, Any]:

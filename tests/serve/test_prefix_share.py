@@ -1,0 +1,187 @@
+"""`agspec serve`: prompts start from the longest prefix whose KV the server holds, in
+another slot (`copy_prefix`) or in the saved-KV store (`--kv-store`), through the real
+`openai` client against real server processes (SmolLM2-135M, one thread, `--drafter
+none`, so an answer depends on the KV alone).
+
+Oracles: each answer equals what the same request gets from a one-slot server without
+the store (which prefills every prompt past its own slot's cache), or parts from it only
+at a checked near-tie; `reused_prompt_tokens` equals the common prefix of the prompt
+with the tokens the server provably holds (computed from the returned ids), and the
+same request on the reference server reuses only its slot's prefix. Concurrency is
+synchronised on the stream's first chunk, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
+pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
+openai = pytest.importorskip("openai", reason="the serve tests drive the server with `openai`")
+try:
+    import httpx
+except ImportError:
+    httpx = pytest.importorskip("httpx2", reason="the openai client brings httpx")
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+from serve_oracle import same_or_near_tie as _same_or_near_tie  # noqa: E402
+
+from agspec.adapters.llama_cpp_batch import common_prefix_length as cpl  # noqa: E402
+from agspec.models import ModelFileError, resolve_model  # noqa: E402
+from agspec.serve.launch import ServerProcess  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+NEAR_TIE_LOGITS = 0.5  # as tests/serve/test_api.py
+IDS = {"X-AgSpec-Return-Ids": "1"}
+SYSTEM = "You are a careful coding assistant. Answer briefly."
+FILES = {
+    "a": "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n" for i in range(12)),
+    "b": "".join(f"class C{i}:\n    value = '{chr(97 + i) * 3}'\n\n" for i in range(12)),
+}
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    try:
+        return Path(resolve_model(MODEL))
+    except (ModelFileError, FileNotFoundError, KeyError) as exc:
+        pytest.skip(f"SmolLM2 GGUF not available ({exc}); agspec models fetch {MODEL}")
+
+
+@pytest.fixture(scope="module")
+def llm(model_path):
+    return llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=1,
+                           n_threads_batch=1, seed=0, verbose=False)  # fmt: skip
+
+
+def _start(args: list[str]) -> ServerProcess:
+    base = ["--model", MODEL, "--threads", "1", "--n-ctx", "2048", "--drafter", "none"]
+    return ServerProcess(base + args).start()
+
+
+@pytest.fixture(scope="module")
+def reference(model_path):
+    srv = _start(["--parallel", "1", "--kv-store", "0"])
+    yield srv
+    assert srv.stop() == 0
+
+
+def chat(srv: ServerProcess, messages: list[dict[str, str]], max_tokens: int = 16, **kw: Any):
+    c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+    return c.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
+        extra_headers=IDS, **kw,
+    )  # fmt: skip
+
+
+def info(resp: Any) -> dict[str, Any]:
+    return resp.model_extra["agspec"]
+
+
+def first_call(name: str) -> list[dict[str, str]]:
+    question = f"File {name}.py:\n{FILES[name]}\nWhat does it define?"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+def next_call(msgs: list[dict[str, str]], answer: str) -> list[dict[str, str]]:
+    return [*msgs, {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Name the first one only."}]  # fmt: skip
+
+
+def metric(srv: ServerProcess, name: str) -> float:
+    text = httpx.get(f"{srv.url}/metrics", timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+FLIPS: list[float] = []
+
+
+def same(llm, ref: Any, got: Any) -> bool:
+    r, g = info(ref), info(got)
+    assert g["prompt_ids"] == r["prompt_ids"]
+    return _same_or_near_tie(
+        llm, r["prompt_ids"], r["output_ids"], g["output_ids"], flips=FLIPS, limit=NEAR_TIE_LOGITS
+    )
+
+
+def test_sessions_beyond_the_slots_restore_their_kv(model_path, reference, llm) -> None:
+    """Two sessions take turns on one slot: each next call restores its session's saved
+    KV instead of prefilling its history again."""
+    srv = _start(["--parallel", "1"])
+    try:
+        answers: dict[str, dict[str, Any]] = {}
+        for server in (srv, reference):
+            got: dict[str, Any] = {}
+            for name in ("a", "b"):
+                got[name + "1"] = chat(server, first_call(name), user=f"s-{name}")
+            for name in ("a", "b"):
+                msgs = next_call(first_call(name), got[name + "1"].choices[0].message.content)
+                got[name + "2"] = chat(server, msgs, user=f"s-{name}")
+            answers["store" if server is srv else "ref"] = got
+        saves = metric(srv, "agspec_kv_saves_total")
+        restored = metric(srv, 'agspec_kv_restores_total{result="ok"}')
+        health = httpx.get(f"{srv.url}/health", timeout=30).json()["kv_store"]
+    finally:
+        assert srv.stop() == 0
+    store, ref = answers["store"], answers["ref"]
+    for key in ("a1", "b1", "a2", "b2"):
+        same(llm, ref[key], store[key])
+    for name, other in (("a", "b"), ("b", "a")):
+        first, again = info(store[name + "1"]), info(store[name + "2"])
+        # What the slot held after the first call: its prompt and answer, but the last
+        # token (pending, never evaluated).
+        held = (first["prompt_ids"] + first["output_ids"])[:-1]
+        prompt = again["prompt_ids"][:-1]
+        assert again["reused_prompt_tokens"] == cpl(held, prompt)
+        assert cpl(held, prompt) > len(first["prompt_ids"]) - 2
+        # Without the store the slot holds the other session's last call: only the
+        # system prompt and template are reused.
+        before = info(ref[other + ("1" if name == "a" else "2")])
+        held_other = (before["prompt_ids"] + before["output_ids"])[:-1]
+        assert info(ref[name + "2"])["reused_prompt_tokens"] == cpl(held_other, prompt)
+        assert info(ref[name + "2"])["reused_prompt_tokens"] < len(first["prompt_ids"]) // 2
+    assert restored == 2 and saves >= 2, (restored, saves)
+    assert health["entries"] >= 1 and 0 < health["bytes"] <= health["budget_bytes"]
+
+
+def test_a_prompt_starts_from_a_busy_slots_cells(model_path, reference, llm) -> None:
+    """A second call sharing a long prefix with a call still decoding in another slot
+    takes that slot's cells instead of prefilling the prefix."""
+    srv = _start(["--parallel", "2", "--kv-store", "0"])
+    first = first_call("a")
+    second = [first[0], {"role": "user", "content": first[1]["content"] + " And f3?"}]
+    try:
+        c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        stream = c.chat.completions.create(
+            model=MODEL, messages=first, max_tokens=64, temperature=0, stream=True
+        )
+        chunks = iter(stream)
+        head = next(chunks)  # the first call is decoding: its prompt's KV is in its slot
+        out: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: out.setdefault("second", chat(srv, second)))
+        t.start()
+        text = (head.choices[0].delta.content or "") + "".join(
+            ch.choices[0].delta.content or "" for ch in chunks if ch.choices
+        )
+        t.join()
+        copies = metric(srv, "agspec_kv_prefix_copies_total")
+    finally:
+        assert srv.stop() == 0
+    ref_first = chat(reference, first, max_tokens=64)
+    ref_second = chat(reference, second)
+    same(llm, ref_second, out["second"])
+    # The first call decoded beside the one that shares its cells: its answer is intact.
+    ref_text = ref_first.choices[0].message.content
+    if text != ref_text:
+        tok = lambda s: llm.tokenize(s.encode(), add_bos=False, special=False)  # noqa: E731
+        _same_or_near_tie(llm, info(ref_first)["prompt_ids"], tok(ref_text), tok(text),
+                          flips=FLIPS, limit=NEAR_TIE_LOGITS)  # fmt: skip
+    got = info(out["second"])
+    shared = cpl(info(ref_first)["prompt_ids"], got["prompt_ids"][:-1])
+    assert shared >= 100
+    assert got["reused_prompt_tokens"] == shared
+    assert copies == 1
