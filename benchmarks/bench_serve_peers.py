@@ -10,7 +10,8 @@ with the same GGUF and thread count:
   ngram-cache (built by scripts/install_llama_server.sh).
 
 Reports per server and concurrency: end-to-end completion tokens/s over the run (what
-an agent waits for), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
+an agent waits for), the prompt tokens each server evaluated (the rest came from KV it
+held), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
 llama-server: its `timings.predicted_ms`), and how many answers equal plain decoding's
 (`agspec serve --drafter none` at concurrency 1). One run; ratios are side by side.
 
@@ -109,11 +110,16 @@ def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]
         n = j["usage"]["completion_tokens"]
         if "agspec" in j:
             decode_ms = j["agspec"]["decode_ms"]
+            prefilled = j["usage"]["prompt_tokens"] - j["agspec"]["reused_prompt_tokens"]
         else:
-            decode_ms = (j.get("timings") or {}).get("predicted_ms", 0.0)
+            timings = j.get("timings") or {}
+            decode_ms = timings.get("predicted_ms", 0.0)
+            prefilled = timings.get("prompt_n", 0)
         with lock:
             out[i] = {"role": role, "text": j["choices"][0]["message"]["content"],
-                      "tokens": n, "wall_s": wall, "decode_ms": decode_ms}  # fmt: skip
+                      "tokens": n, "wall_s": wall, "decode_ms": decode_ms,
+                      "prompt_tokens": j["usage"]["prompt_tokens"],
+                      "prefilled": prefilled}  # fmt: skip
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -127,6 +133,9 @@ def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]
     return {
         "completion_tokens_per_s": total / elapsed,
         "elapsed_s": elapsed,
+        # Prompt tokens the server evaluated (the rest came from KV it held).
+        "prefilled_tokens": sum(o["prefilled"] for o in out),
+        "prompt_tokens": sum(o["prompt_tokens"] for o in out),
         "decode_tokens_per_s_by_role": {
             k: (v[0] / v[1] if v[1] else None) for k, v in sorted(by_role.items())
         },
@@ -199,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k} {v:.1f}" for k, v in row["decode_tokens_per_s_by_role"].items() if v
             )
             print(f"c={conc} {name:34s} {row['completion_tokens_per_s']:7.2f} tok/s end-to-end"
-                  f"  equal {equal}/{len(calls)}  decode by role: {roles}", flush=True)  # fmt: skip
+                  f"  equal {equal}/{len(calls)}  prefilled {row['prefilled_tokens']}"
+                  f"/{row['prompt_tokens']}  decode by role: {roles}", flush=True)  # fmt: skip
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
