@@ -44,6 +44,7 @@ __all__ = [
     "SourceRule",
     "advance_batch",
     "continuation_batch",
+    "continuations_batch",
     "match_lengths_batch",
     "match_lengths_flat",
     "prepare_batch",
@@ -370,4 +371,38 @@ def continuation_batch(
     return [
         s.continuation(slot, k, max_occurrences=max_occurrences) if slot >= 0 and k > 0 else []
         for s, slot, k in zip(sets, slots, max_tokens)
+    ]
+
+
+def continuations_batch(
+    sets: Sequence[CorpusSet],
+    slots: Sequence[int],
+    max_tokens: Sequence[int],
+    rules: Sequence[ContinuationRule],
+    *,
+    max_occurrences: int = 32,
+) -> list[list[int]]:
+    """`CorpusSet.continuations` of many requests at once: entry k copies from set
+    sets[k] (a set may come several times: a token tree's candidate branches), slot
+    slots[k], at most max_tokens[k] tokens, by its own rules[k]. One native call when
+    every set is native.
+
+    >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
+    >>> a, b = CorpusSet([("s", ix, "recent")], [1, 2]), CorpusSet([("s", ix, "first")], [3])
+    >>> continuations_batch([a, a, b], [0, 0, 0], [2, 2, 2], ["recent", "first", "first"])
+    [[4], [3, 1], [1, 2]]
+    """
+    handles = [s._native for s in sets]
+    codes = [_RULE_CODES[r] for r in rules]
+    if handles and None not in handles:
+        return _native.continuation_batch(  # type: ignore[no-any-return]
+            handles,
+            slots if type(slots) is list else list(slots),
+            max_tokens if type(max_tokens) is list else list(max_tokens),
+            codes,
+            max_occurrences,
+        )
+    return [
+        s.continuations([slot], [k], [r], max_occurrences=max_occurrences)[0]
+        for s, slot, k, r in zip(sets, slots, max_tokens, rules)
     ]
