@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 from chartok import CharTokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
 from agspec.drafter.tree import DraftTree, tree_commit
@@ -194,9 +196,7 @@ def _dev_traces() -> tuple[list[tuple[str, list[Call]]], Any]:
                     if out:
                         arts = [(x.path, x.text) for x in c.artifacts if x.text]
                         calls.append(
-                            Call(
-                                c.agent, c.role, c.turn, prompt, out[:96], arts, c.emission_format
-                            )
+                            Call(c.agent, c.role, c.turn, prompt, out[:96], arts, c.emission_format)
                         )
                 if calls:
                     sessions.append((s.session_id, calls))
@@ -232,3 +232,49 @@ def test_batched_trees_equal_call_by_call_on_dev_traces(num_requests, priced_at)
     count = {1: 6, 8: 16}.get(num_requests, len(sessions))
     steps, branched = _lockstep(make_server, sessions[:count], num_requests, 16)
     assert branched > 0, f"no tree among {steps} steps"
+
+
+# -- the native trie against its reference -----------------------------------------------
+
+
+@st.composite
+def candidate_batches(draw):
+    """Requests over a small alphabet (so continuations repeat and share prefixes), each
+    with its chain (often a continuation's prefix or the whole of one) and candidates."""
+    from agspec.corpora.corpus_set import CorpusSet
+    from agspec.index.token_index import TokenIndex
+
+    index = TokenIndex()
+    index.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=60)))
+    rules = ["recent", "frequent", "first", "vote"]
+    sets, slots, depths, picks, ranks, counts, firsts = [], [], [], [], [], [], []
+    for _ in range(draw(st.integers(1, 4))):
+        cs = CorpusSet(
+            [("a", index, "recent"), ("b", index, "first")],
+            draw(st.lists(st.integers(0, 3), max_size=4)),
+        )
+        n = draw(st.integers(0, 8))
+        for _ in range(n):
+            sets.append(cs)
+            slots.append(draw(st.integers(0, 1)))
+            depths.append(draw(st.integers(0, 6)))
+            picks.append(draw(st.sampled_from(rules)))
+            ranks.append(draw(st.integers(-3, 3)))
+        counts.append(n)
+        firsts.append(draw(st.lists(st.integers(0, 3), max_size=6)))
+    return sets, slots, depths, picks, ranks, counts, firsts
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidate_batches())
+def test_native_tries_equal_merge_candidates(batch):
+    from agspec.corpora.corpus_set import continuation_tries, continuations_batch
+    from agspec.policy.tree_size import merge_candidates
+
+    sets, slots, depths, rules, ranks, counts, firsts = batch
+    got = continuation_tries(sets, slots, depths, rules, ranks, counts, firsts)
+    conts = continuations_batch(sets, slots, depths, rules)
+    at = 0
+    for trie, n, first in zip(got, counts, firsts):
+        assert trie == merge_candidates(first, conts[at : at + n], ranks[at : at + n])
+        at += n

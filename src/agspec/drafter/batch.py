@@ -11,12 +11,11 @@ from agspec.corpora.corpus_set import (
     CorpusSet,
     advance_batch_begin,
     continuation_batch,
-    continuations_batch,
     match_lengths_batch,
     match_picks_flat,
     prepare_batch,
 )
-from agspec.drafter.call import AgSpecCall
+from agspec.drafter.call import AgSpecCall, candidate_tries
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
 
@@ -217,11 +216,12 @@ def _grow_trees(
     if not grow:
         return out
     lengths = match_lengths_batch([sets[i] for i, _, _ in grow])
-    plans = []
+    plans: list[tuple[list[int], int]] = []
     flat_sets: list[CorpusSet] = []
     flat_slots: list[int] = []
     flat_depths: list[int] = []
     flat_rules: list[ContinuationRule] = []
+    ranks: list[int] = []
     for (i, _, budget), ls in zip(grow, lengths):
         slots, rules, depth = calls[i].tree_candidates(ls, budget)
         plans.append((slots, depth))
@@ -229,27 +229,39 @@ def _grow_trees(
         flat_slots += slots
         flat_depths += [depth] * len(slots)
         flat_rules += rules
+        # Candidates rank by their corpus's match, longest first (then as listed).
+        ranks += [-ls[s] for s in slots]
+    counts = [len(slots) for slots, _ in plans]
+    firsts = [chains[i] for i, _, _ in grow]
     occurrences = {calls[i].max_occurrences for i, _, _ in grow}
     if len(occurrences) == 1:
-        alts = continuations_batch(
-            flat_sets, flat_slots, flat_depths, flat_rules, max_occurrences=occurrences.pop()
+        tries = candidate_tries(
+            flat_sets,
+            flat_slots,
+            flat_depths,
+            flat_rules,
+            ranks,
+            counts,
+            firsts,
+            max_occurrences=occurrences.pop(),
         )
     else:
-        alts = []
-        for (i, _, _), (slots, depth) in zip(grow, plans):
-            alts += continuations_batch(
-                [sets[i]] * len(slots),
-                slots,
-                [depth] * len(slots),
-                flat_rules[len(alts) : len(alts) + len(slots)],
+        tries, at = [], 0
+        for (i, _, _), n, first in zip(grow, counts, firsts):
+            tries += candidate_tries(
+                flat_sets[at : at + n],
+                flat_slots[at : at + n],
+                flat_depths[at : at + n],
+                flat_rules[at : at + n],
+                ranks[at : at + n],
+                [n],
+                [first],
                 max_occurrences=calls[i].max_occurrences,
             )
-    at = 0
-    for (i, curve, budget), ls, (slots, depth) in zip(grow, lengths, plans):
+            at += n
+    for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
         if slots:
-            mine = alts[at : at + len(slots)]
-            at += len(slots)
-            out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, mine, depth)
+            out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
     return out
 
 

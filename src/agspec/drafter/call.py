@@ -7,12 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agspec.corpora.corpus_set import CorpusSet
+from agspec.corpora.corpus_set import (
+    CorpusSet,
+    continuation_tries,
+    continuations_batch,
+)
 from agspec.drafter.tree import DraftTree
 from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule, as_tokens
 from agspec.policy.source import Source
-from agspec.policy.tree_size import merge_branches, node_probabilities, size_tree
+from agspec.policy.tree_size import BranchTrie, merge_candidates, node_probabilities, size_tree
 
 if TYPE_CHECKING:
     from agspec.drafter.session import AgSpecSession
@@ -21,6 +25,35 @@ if TYPE_CHECKING:
 # matches: the most recent, the most frequent next-3-token group's and the first
 # occurrence (the chain's own (corpus, rule) is the first branch).
 TREE_RULES: tuple[ContinuationRule, ...] = ("recent", "frequent", "first")
+
+
+def candidate_tries(
+    sets: Sequence[CorpusSet],
+    slots: list[int],
+    max_tokens: list[int],
+    rules: list[ContinuationRule],
+    ranks: list[int],
+    counts: list[int],
+    firsts: list[list[int]],
+    *,
+    max_occurrences: int,
+) -> list[BranchTrie]:
+    """The candidate branches of token trees, copied and merged: tree t's candidates are
+    the next counts[t] (set, slot, length, rule) entries, merged after its chain
+    firsts[t] in the order of their ranks (`merge_candidates`). One native call for every
+    tree when the corpora are native (`continuation_tries`), else `merge_candidates` of
+    each tree's copies."""
+    if all(cs.is_native for cs in sets):
+        return continuation_tries(
+            sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
+        )
+    conts = continuations_batch(sets, slots, max_tokens, rules, max_occurrences=max_occurrences)
+    out = []
+    at = 0
+    for n, first in zip(counts, firsts):
+        out.append(merge_candidates(first, conts[at : at + n], ranks[at : at + n]))
+        at += n
+    return out
 
 
 class AgSpecCall:
@@ -212,10 +245,17 @@ class AgSpecCall:
         slots, rules, depth = self.tree_candidates(lengths, budget)
         if not slots:
             return DraftTree.chain(chain)
-        alts = corpora.continuations(
-            slots, [depth] * len(slots), rules, max_occurrences=self._max_occurrences
+        (trie,) = candidate_tries(
+            [corpora] * len(slots),
+            slots,
+            [depth] * len(slots),
+            rules,
+            [-lengths[s] for s in slots],
+            [len(slots)],
+            [chain],
+            max_occurrences=self._max_occurrences,
         )
-        return self.take_tree(chain, chain_curve, budget, lengths, slots, alts, depth)
+        return self.take_tree(chain, chain_curve, budget, lengths, slots, trie, depth)
 
     # --- propose_tree in its parts (step_batch(trees=True) runs each for a whole batch) ---
 
@@ -262,35 +302,20 @@ class AgSpecCall:
         budget: int,
         lengths: list[int],
         slots: list[int],
-        alts: list[list[int]],
+        trie: BranchTrie,
         depth: int,
     ) -> DraftTree:
-        """The tree of this step from the chain and the candidates retrieved (`alts[k]`
-        from `slots[k]`): merged, scored and sized (`agspec.policy.tree_size`), recorded
-        for the next `accept`."""
-        # A candidate that is a prefix of the chain adds nothing (support only matters for
-        # alternatives); identical candidates are merged once, weighted by their count.
-        found: dict[tuple[int, ...], list[int]] = {}
-        for s, alt in zip(slots, alts):
-            if alt and alt != chain[: len(alt)]:
-                key = tuple(alt)
-                seen = found.get(key)
-                if seen is None:
-                    found[key] = [s, 1]
-                else:
-                    seen[1] += 1
-        if not found:
+        """The tree of this step from the chain and the trie of its candidates (copied
+        from `slots`, ranked by their corpus's match, longest first: `candidate_tries`):
+        scored and sized (`agspec.policy.tree_size`), recorded for the next `accept`."""
+        tokens, parents, support, curve_of, origin = trie
+        if len(origin) == 1:  # no candidate adds a node
             return DraftTree.chain(chain)
         server = self.session.server
         agent = self.agent
         survival = server.lengths.survival
-        # Alternatives rank by their corpus's match, longest first (then as found).
-        ranked = sorted(found.items(), key=lambda kv: -lengths[kv[1][0]])
-        branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
-        weights = [1, *(w for _, (_, w) in ranked)]
-        tokens, parents, support, curve_of = merge_branches(branches, weights)
         curves = [chain_curve]
-        curves += [survival.curve(agent, lengths[s], depth)[:depth] for _, (s, _) in ranked]
+        curves += [survival.curve(agent, lengths[slots[k]], depth)[:depth] for k in origin[1:]]
         p = node_probabilities(
             parents, support, curve_of, curves, server.branch_rates.rates_for(agent)
         )

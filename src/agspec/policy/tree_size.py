@@ -40,10 +40,22 @@ at larger batches Σ p − price(n) at the batch's prices. Where a wider tree do
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 from agspec.policy.cost_length import best_length, best_length_at_prices
 
-__all__ = ["BranchRates", "merge_branches", "node_probabilities", "size_tree"]
+__all__ = [
+    "BranchRates",
+    "BranchTrie",
+    "merge_branches",
+    "merge_candidates",
+    "node_probabilities",
+    "size_tree",
+]
+
+# A merged trie: (tokens, parents, support, branch_of, origin), as `merge_candidates`
+# (and the native `continuation_tries`, its batched twin) return it.
+BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
 
 # Supports above this share one rate (a node most candidates agree on).
 MAX_SUPPORT_BUCKET = 4
@@ -72,6 +84,9 @@ class BranchRates:
         self.prior, self.prior_weight = float(prior), float(prior_weight)
         # (agent, support bucket) -> [trials, successes], the prior included
         self._counts: dict[tuple[str, int], list[float]] = {}
+        # agent -> its `rates_for`, until the next `observe` (a batch step scores many
+        # trees between two verifications).
+        self._tables: dict[str, Callable[[int], float]] = {}
 
     def rate(self, agent: str, support: int) -> float:
         counts = self._counts.get((agent, min(support, MAX_SUPPORT_BUCKET)))
@@ -81,12 +96,21 @@ class BranchRates:
 
     def rates_for(self, agent: str) -> Callable[[int], float]:
         """q_a as a function of the support, for one agent (one tree's scoring): the
-        agent's rates read once, so that one tree's scoring does no lookups by key."""
-        table = [self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)]
-        top = MAX_SUPPORT_BUCKET
-        return lambda support: table[support if support < top else top]
+        agent's rates read once, so that one tree's scoring does no lookups by key (and
+        kept until the next `observe`)."""
+        fn = self._tables.get(agent)
+        if fn is None:
+            table = [self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)]
+            top = MAX_SUPPORT_BUCKET
+
+            def fn(support: int) -> float:
+                return table[support if support < top else top]
+
+            self._tables[agent] = fn
+        return fn
 
     def observe(self, agent: str, support: int, right: bool) -> None:
+        self._tables.pop(agent, None)
         key = (agent, min(support, MAX_SUPPORT_BUCKET))
         counts = self._counts.get(key)
         if counts is None:
@@ -136,6 +160,37 @@ def merge_branches(
         curve_of.extend([b] * k)
         edges.update(zip(zip(parents[start:], rest), range(start, start + k)))
     return tokens, parents, support, curve_of
+
+
+def merge_candidates(
+    first: Sequence[int], candidates: Sequence[Sequence[int]], ranks: Sequence[int]
+) -> BranchTrie:
+    """`merge_branches` of a token tree's candidates after its first branch: empty
+    candidates and prefixes of the first are dropped (they add nothing), identical ones
+    kept once with their count as weight, the rest ordered stably by the rank of their
+    first copy (smallest first). Returns the trie and `origin`: origin[b] is the candidate
+    whose first copy is branch b (origin[0] = -1, the first branch). The reference of the
+    native `continuation_tries` (cpp/index/branch_trie.h), which copies and merges every
+    request's candidates of a batch step in one call.
+
+    >>> merge_candidates([7, 4, 2], [[7, 4], [7, 8, 9], [5], [7, 8, 9]], [0, 0, 1, 0])
+    ([7, 4, 2, 8, 9, 5], [-1, 0, 1, 0, 3, -1], [3, 1, 1, 2, 2, 1], [0, 0, 0, 1, 1, 2], [-1, 1, 2])
+    """
+    chain = list(first)
+    found: dict[tuple[int, ...], list[int]] = {}  # candidate -> [first copy, copies]
+    for k, alt in enumerate(candidates):
+        if alt and list(alt) != chain[: len(alt)]:
+            key = tuple(alt)
+            seen = found.get(key)
+            if seen is None:
+                found[key] = [k, 1]
+            else:
+                seen[1] += 1
+    ranked = sorted(found.items(), key=lambda kv: ranks[kv[1][0]])
+    branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
+    weights = [1, *(w for _, (_, w) in ranked)]
+    tokens, parents, support, branch_of = merge_branches(branches, weights)
+    return tokens, parents, support, branch_of, [-1, *(k for _, (k, _) in ranked)]
 
 
 def node_probabilities(
