@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -315,7 +316,14 @@ class AgSpecCall:
         agent = self.agent
         survival = server.lengths.survival
         curves = [chain_curve]
-        curves += [survival.curve(agent, lengths[slots[k]], depth)[:depth] for k in origin[1:]]
+        # Each branch follows its corpus's curve (read once per corpus: scoring only reads).
+        by_slot: dict[int, list[float]] = {}
+        for k in origin[1:]:
+            s = slots[k]
+            curve = by_slot.get(s)
+            if curve is None:
+                curve = by_slot[s] = survival.curve(agent, lengths[s], depth)[:depth]
+            curves.append(curve)
         p = node_probabilities(
             parents, support, curve_of, curves, server.branch_rates.rates_for(agent)
         )
@@ -330,7 +338,7 @@ class AgSpecCall:
             keep = size_tree(p, server.tree_step_costs, budget)
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
-        num_chain = sum(1 for i in keep if i < len(chain))
+        num_chain = bisect_left(keep, len(chain))  # keep is in node order
         draft = chain[:num_chain]
         self._draft = draft
         self._decision = (num_chain, False, self.last_match_length) if num_chain else None
@@ -361,8 +369,8 @@ class AgSpecCall:
             d = curve[i - 1] - curve[i]
             if d > drop:
                 drop = d
-        rates = server.branch_rates
-        q = max(rates.rate(self.agent, k) for k in range(1, 5))
+        rate = server.branch_rates.rates_for(self.agent)  # kept until the next observe
+        q = max(rate(1), rate(2), rate(3), rate(4))
         bound = q * (drop if drop > top else top)
         if bound > top:
             return True  # an alternative may outrank a node of the chain
