@@ -39,6 +39,7 @@ at larger batches Σ p − price(n) at the batch's prices. Where a wider tree do
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
@@ -205,25 +206,31 @@ def node_probabilities(
     curve gets p = 0) and `rate(support)` is q_a. Alternatives of one node are ranked in
     the order their branches came.
 
-    One step per run of new nodes of a branch (`merge_branches`): its first node is the
-    first child of its parent or an alternative; the rest follow its curve, p(d) =
-    p(first) · S(d) / S(d0)."""
+    One step per run of new nodes of a branch (`merge_branches`: a branch's new nodes
+    are consecutive, each the first child of the one before, and branch indices never
+    fall along the nodes): its first node is the first child of its parent or an
+    alternative; the rest follow its curve, p(d) = p(first) · S(d) / S(d0)."""
     n = len(parents)
     p = [0.0] * n
     depth = [0] * n
-    # Mass of each node not yet given to a child; absent: no child yet.
+    # Mass of each node not yet given to a child, once an alternative took some; a node
+    # inside a run that no alternative took from has p(node) − p(its run's next node).
     free: dict[int, float] = {}
     start = 0
     while start < n:
         b = curve_of[start]
-        end = start + 1
-        while end < n and curve_of[end] == b and parents[end] == end - 1:
-            end += 1
+        end = bisect_right(curve_of, b, start)  # the run: every node of branch b
         par = parents[start]
-        p_par = p[par] if par >= 0 else 1.0
-        d0 = depth[par] + 1 if par >= 0 else 1
         curve = curves[b]
-        rem = free.get(par)
+        if par >= 0:
+            p_par = p[par]
+            d0 = depth[par] + 1
+            rem = free.get(par)
+            if rem is None and par + 1 < n and curve_of[par + 1] == curve_of[par]:
+                rem = p_par - p[par + 1]  # its first child continues its run
+        else:
+            p_par, d0 = 1.0, 1
+            rem = free.get(par)
         if d0 > len(curve):
             p0 = 0.0
         elif rem is None:  # the parent's first child: its branch goes on
@@ -235,16 +242,14 @@ def node_probabilities(
         free[par] = (p_par if rem is None else rem) - p0
         p[start] = p0
         depth[start] = d0
-        # The run's other nodes: along the curve, relative to its first node.
-        last = min(end, start + len(curve) - d0 + 1)
-        base = curve[d0 - 1] if d0 <= len(curve) else 0.0
-        if base > 0.0 and p0 > 0.0:
-            # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
-            for i in range(start + 1, last):
-                p[i] = p0 * (curve[d0 - 1 + i - start] / base)
-        for i in range(start + 1, end):
-            depth[i] = d0 + i - start
-            free[i - 1] = p[i - 1] - p[i]
+        if end - start > 1:
+            depth[start + 1 : end] = range(d0 + 1, d0 + end - start)
+            # The run's other nodes: along the curve, relative to its first node.
+            last = min(end, start + len(curve) - d0 + 1)
+            base = curve[d0 - 1] if d0 <= len(curve) else 0.0
+            if base > 0.0 and p0 > 0.0 and last > start + 1:
+                # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
+                p[start + 1 : last] = [p0 * (c / base) for c in curve[d0 : d0 + last - start - 1]]
         start = end
     return p
 
