@@ -68,10 +68,12 @@ def step_batch(
 
     With `trees=True` the step proposes token trees (an engine that verifies trees):
     `drafts[i]` is the `DraftTree` that `propose_tree(max_tokens[i])` returns after the
-    accept half, node for node; the chains are planned and copied as above, then every
-    request's candidate branches are copied in one more native call, and each tree is
-    merged, scored and sized (`AgSpecCall.take_tree`). `committed[i]` then follows a
-    root path of the last tree, plus one token.
+    accept half, node for node; the chains are planned and copied as above, then the
+    matches of the requests whose tree may pay are read in one more native call, and
+    their candidate branches copied and merged into one trie each in another
+    (`continuation_tries`); each trie is scored and sized in its call
+    (`AgSpecCall.take_tree`). `committed[i]` then follows a root path of the last tree,
+    plus one token.
 
     >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
     >>> # trees = step_batch([c1, c2], [[5], [7, 4, 2]], 16, trees=True)
