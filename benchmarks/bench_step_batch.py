@@ -5,8 +5,8 @@ the first token that differs from the recorded output), with every corpus on (se
 workspace, history, a 10M-token global corpus), and times only the drafter: either
 `step_batch` (one native call moves every request's corpora, one reads every match) or
 the same work as `accept` + `propose` per request (with `--trees`, also `accept` +
-`propose_tree` per request, each tree verified as a tree: the drafting cost of token
-trees, docs/trees.md). Prints µs per request-step for each
+`propose_tree` per request and `step_batch(..., trees=True)`, each tree verified as a
+tree: the drafting cost of token trees, docs/trees.md). Prints µs per request-step for each
 batch size, side by side in one run: over the whole run, for its median round, and over
 the rounds at the full batch only (the run ends in a drain at smaller batches, whose fixed
 per-round costs are shared by fewer requests; a round's figure includes the last `accept`
@@ -19,6 +19,7 @@ and `end` of the calls that finished in it), with the share of request-steps tho
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 from pathlib import Path
@@ -81,7 +82,11 @@ class Lockstep:
         if not slots:
             return None
         t0 = time.perf_counter_ns()
-        if self.batched == "trees":
+        if self.batched == "tree-batch":
+            drafts = drafter_mod.step_batch(
+                [x[0] for x in slots], [x[3] for x in slots], self.max_draft, trees=True
+            )
+        elif self.batched == "trees":
             drafts = []
             for x in slots:
                 if x[3]:
@@ -101,7 +106,7 @@ class Lockstep:
         requests = len(slots)
         finished_ns = 0
         nxt = []
-        trees = self.batched == "trees"
+        trees = self.batched in ("trees", "tree-batch")
         for x, draft in zip(slots, drafts):
             d, out, pos = x[0], x[1], x[2]
             if trees:  # a DraftTree (of this checkout or, in ab_step_batch, the other's)
@@ -175,6 +180,7 @@ def main() -> None:
     g = GlobalCorpus.build(docs)
     cm = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
     has_batch = hasattr(drafter_mod, "step_batch")
+    has_tree_batch = has_batch and "trees" in inspect.signature(drafter_mod.step_batch).parameters
     print(
         f"{len(sessions)} sessions, global corpus {g.num_tokens:,} tokens, variant {args.variant}"
     )
@@ -187,6 +193,8 @@ def main() -> None:
         modes: list[bool | str] = [False, True] if has_batch else [False]
         if args.trees:
             modes.append("trees")
+            if has_tree_batch:
+                modes.append("tree-batch")
         for batched in modes:
             server = AgSpecServer(
                 tokenizer=tok,
@@ -196,7 +204,12 @@ def main() -> None:
                 batch_size=b,
             )
             r = run(server, sessions, b, args.max_draft, batched)
-            mode = {False: "per-call", True: "step_batch", "trees": "trees"}[batched]
+            mode = {
+                False: "per-call",
+                True: "step_batch",
+                "trees": "trees",
+                "tree-batch": "tree-batch",
+            }[batched]
             r |= {"batch_size": b, "mode": mode}
             results.append(r)
             print(

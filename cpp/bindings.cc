@@ -10,6 +10,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "branch_trie.h"
 #include "cursor_set.h"
 #include "match_cursor.h"
 #include "messages.h"
@@ -349,6 +350,41 @@ NB_MODULE(_native, m) {
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"));
+  // A token tree's candidates (cpp/index/branch_trie.h): every candidate continuation
+  // copied as continuation_batch does, then one trie per tree, as (tokens, parents,
+  // support, branch_of, origin) lists.
+  m.def(
+      "continuation_tries",
+      [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
+         const std::vector<int64_t>& max_tokens, const std::vector<agspec::ContinuationRule>& rules,
+         size_t max_occurrences, const std::vector<int64_t>& ranks,
+         const std::vector<int64_t>& counts, const std::vector<std::vector<Token>>& firsts) {
+        const size_t n = sets.size();
+        if (slots.size() != n || max_tokens.size() != n || rules.size() != n || ranks.size() != n) {
+          throw agspec::ArgumentError(
+              "continuation_tries: one slot, length, rule and rank per candidate");
+        }
+        if (counts.size() != firsts.size()) {
+          throw agspec::ArgumentError("continuation_tries: one count per first branch");
+        }
+        for (size_t i = 0; i < n; ++i) {
+          if (sets[i] == nullptr && slots[i] >= 0 && max_tokens[i] > 0) {
+            throw agspec::ArgumentError("continuation_tries: a set is None");
+          }
+        }
+        std::vector<agspec::BranchTrie> tries(counts.size());
+        agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(),
+                                   max_occurrences, n, ranks.data(), counts.data(), firsts.data(),
+                                   counts.size(), tries.data());
+        nb::list out;
+        for (agspec::BranchTrie& t : tries) {
+          out.append(nb::make_tuple(std::move(t.tokens), std::move(t.parents), std::move(t.support),
+                                    std::move(t.branch_of), std::move(t.origin)));
+        }
+        return out;
+      },
+      nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
+      nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));

@@ -126,3 +126,66 @@ def test_a_tiny_curve_does_not_overflow_the_scores():
     tokens, parents, support, curve_of = merge_branches([[1], [0, 0]])
     p = node_probabilities(parents, support, curve_of, [[0.0], [5e-324, 5e-324]], lambda s: 1.0)
     assert p == [0.0, 1.0, 1.0]
+
+
+def _reference_probabilities(parents, support, curve_of, curves, rate):
+    """node_probabilities as first written: node by node, every run found by scanning
+    and every node's free mass kept (the oracle of the run-at-a-time version)."""
+    n = len(parents)
+    p = [0.0] * n
+    depth = [0] * n
+    free: dict[int, float] = {}
+    start = 0
+    while start < n:
+        b = curve_of[start]
+        end = start + 1
+        while end < n and curve_of[end] == b and parents[end] == end - 1:
+            end += 1
+        par = parents[start]
+        p_par = p[par] if par >= 0 else 1.0
+        d0 = depth[par] + 1 if par >= 0 else 1
+        curve = curves[b]
+        rem = free.get(par)
+        if d0 > len(curve):
+            p0 = 0.0
+        elif rem is None:
+            before = curve[d0 - 2] if d0 >= 2 else 1.0
+            h = curve[d0 - 1] / before if before > 0 else 0.0
+            p0 = p_par * (h if h < 1.0 else 1.0)
+        else:
+            p0 = rem * rate(support[start]) if rem > 0.0 else 0.0
+        free[par] = (p_par if rem is None else rem) - p0
+        p[start] = p0
+        depth[start] = d0
+        last = min(end, start + len(curve) - d0 + 1)
+        base = curve[d0 - 1] if d0 <= len(curve) else 0.0
+        if base > 0.0 and p0 > 0.0:
+            for i in range(start + 1, last):
+                p[i] = p0 * (curve[d0 - 1 + i - start] / base)
+        for i in range(start + 1, end):
+            depth[i] = d0 + i - start
+            free[i - 1] = p[i - 1] - p[i]
+        start = end
+    return p
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=9),
+    st.lists(st.integers(1, 3), min_size=9, max_size=9),
+    st.data(),
+)
+def test_node_probabilities_equal_the_node_by_node_reference(branches, weights, data):
+    tokens, parents, support, curve_of = merge_branches(branches, weights[: len(branches)])
+    curves = []
+    for _ in branches:
+        steps = data.draw(st.lists(st.sampled_from([1.0, 0.9, 0.5, 0.0]), max_size=7))
+        curve, s = [], 1.0
+        for h in steps:
+            s *= h
+            curve.append(s)
+        curves.append(curve)
+    table = data.draw(st.lists(st.floats(0.0, 0.99), min_size=5, max_size=5))
+    rate = lambda k: table[min(k, 4)]  # noqa: E731
+    got = node_probabilities(parents, support, curve_of, curves, rate)
+    assert got == _reference_probabilities(parents, support, curve_of, curves, rate)

@@ -44,6 +44,8 @@ __all__ = [
     "SourceRule",
     "advance_batch",
     "continuation_batch",
+    "continuations_batch",
+    "continuation_tries",
     "match_lengths_batch",
     "match_lengths_flat",
     "prepare_batch",
@@ -371,3 +373,74 @@ def continuation_batch(
         s.continuation(slot, k, max_occurrences=max_occurrences) if slot >= 0 and k > 0 else []
         for s, slot, k in zip(sets, slots, max_tokens)
     ]
+
+
+def continuations_batch(
+    sets: Sequence[CorpusSet],
+    slots: Sequence[int],
+    max_tokens: Sequence[int],
+    rules: Sequence[ContinuationRule],
+    *,
+    max_occurrences: int = 32,
+) -> list[list[int]]:
+    """`CorpusSet.continuations` of many requests at once: entry k copies from set
+    sets[k] (a set may come several times: a token tree's candidate branches), slot
+    slots[k], at most max_tokens[k] tokens, by its own rules[k]. One native call when
+    every set is native.
+
+    >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
+    >>> a, b = CorpusSet([("s", ix, "recent")], [1, 2]), CorpusSet([("s", ix, "first")], [3])
+    >>> continuations_batch([a, a, b], [0, 0, 0], [2, 2, 2], ["recent", "first", "first"])
+    [[4], [3, 1], [1, 2]]
+    """
+    handles = [s._native for s in sets]
+    codes = [_RULE_CODES[r] for r in rules]
+    if handles and None not in handles:
+        return _native.continuation_batch(  # type: ignore[no-any-return]
+            handles,
+            slots if type(slots) is list else list(slots),
+            max_tokens if type(max_tokens) is list else list(max_tokens),
+            codes,
+            max_occurrences,
+        )
+    return [
+        s.continuations([slot], [k], [r], max_occurrences=max_occurrences)[0]
+        for s, slot, k, r in zip(sets, slots, max_tokens, rules)
+    ]
+
+
+def continuation_tries(
+    sets: Sequence[CorpusSet],
+    slots: Sequence[int],
+    max_tokens: Sequence[int],
+    rules: Sequence[ContinuationRule],
+    ranks: Sequence[int],
+    counts: Sequence[int],
+    firsts: Sequence[list[int]],
+    *,
+    max_occurrences: int = 32,
+) -> list[tuple[list[int], list[int], list[int], list[int], list[int]]]:
+    """`continuations_batch` of a batch step's token-tree candidates, merged natively
+    into one trie per tree: tree t's candidates are the next counts[t] entries, merged
+    after its first branch firsts[t] in the order of their ranks (smallest first; the
+    reference is `agspec.policy.tree_size.merge_candidates`). Every set must be native
+    (`is_native`); each trie is (tokens, parents, support, branch_of, origin).
+
+    >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
+    >>> cs = CorpusSet([("s", ix, "recent")], [1, 2])
+    >>> continuation_tries([cs, cs], [0, 0], [2, 2], ["recent", "first"], [0, 0], [2], [[4]])
+    [([4, 3, 1], [-1, -1, 1], [1, 1, 1], [0, 1, 1], [-1, 1])]
+    """
+    handles = [s._native for s in sets]
+    if None in handles:
+        raise ValueError("continuation_tries needs native corpora (every set is_native)")
+    return _native.continuation_tries(  # type: ignore[no-any-return]
+        handles,
+        slots if type(slots) is list else list(slots),
+        max_tokens if type(max_tokens) is list else list(max_tokens),
+        [_RULE_CODES[r] for r in rules],
+        max_occurrences,
+        ranks if type(ranks) is list else list(ranks),
+        counts if type(counts) is list else list(counts),
+        firsts if type(firsts) is list else list(firsts),
+    )

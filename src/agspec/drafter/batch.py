@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
@@ -15,10 +15,34 @@ from agspec.corpora.corpus_set import (
     match_picks_flat,
     prepare_batch,
 )
-from agspec.drafter.call import AgSpecCall
+from agspec.drafter.call import AgSpecCall, candidate_tries
+from agspec.drafter.tree import DraftTree
+from agspec.index.token_index import ContinuationRule
 
 if TYPE_CHECKING:
     from agspec.drafter.server import AgSpecServer
+
+
+@overload
+def step_batch(
+    calls: Sequence[AgSpecCall],
+    committed: Sequence[Sequence[int] | np.ndarray | None],
+    max_tokens: Sequence[int] | int,
+    *,
+    batch_size: int | None = None,
+    trees: Literal[False] = False,
+) -> list[list[int]]: ...
+
+
+@overload
+def step_batch(
+    calls: Sequence[AgSpecCall],
+    committed: Sequence[Sequence[int] | np.ndarray | None],
+    max_tokens: Sequence[int] | int,
+    *,
+    batch_size: int | None = None,
+    trees: Literal[True],
+) -> list[DraftTree]: ...
 
 
 def step_batch(
@@ -27,7 +51,8 @@ def step_batch(
     max_tokens: Sequence[int] | int,
     *,
     batch_size: int | None = None,
-) -> list[list[int]]:
+    trees: bool = False,
+) -> list[list[int]] | list[DraftTree]:
     """One verification step for many requests at once: accept, then propose.
 
     `committed[i]` is what the engine committed for `calls[i]` since its last step (its
@@ -41,7 +66,17 @@ def step_batch(
     continuation copied in a third (one per call with a non-native engine).
     The calls may belong to different sessions of one server, or of several.
 
+    With `trees=True` the step proposes token trees (an engine that verifies trees):
+    `drafts[i]` is the `DraftTree` that `propose_tree(max_tokens[i])` returns after the
+    accept half, node for node; the chains are planned and copied as above, then the
+    matches of the requests whose tree may pay are read in one more native call, and
+    their candidate branches copied and merged into one trie each in another
+    (`continuation_tries`); each trie is scored and sized in its call
+    (`AgSpecCall.take_tree`). `committed[i]` then follows a root path of the last tree,
+    plus one token.
+
     >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
+    >>> # trees = step_batch([c1, c2], [[5], [7, 4, 2]], 16, trees=True)
     """
     n = len(calls)
     if batch_size is not None:
@@ -69,6 +104,8 @@ def step_batch(
             call.accept(c)
         elif not call.live:
             raise call.not_live_error("step_batch()")
+        if trees:
+            return [call.propose_tree(caps[0])]
         return [call.propose(caps[0])]
     prepare_batch(n)
     # One server (the usual case): its policy learns from the whole step in one call and
@@ -99,7 +136,7 @@ def step_batch(
                 moved.append(call.accept_fed(c))
                 applied.append(call)
             elif c is not None and (size := len(c)):
-                toks, num_drafted, decision = call.take_committed(c)
+                toks, num_drafted, decision, accept = call.take_committed(c)
                 moved.append(toks)
                 applied.append(call)
                 drafted.append(num_drafted)
@@ -107,8 +144,7 @@ def step_batch(
                 if decision is not None:
                     agents.append(call.agent)
                     decisions.append(decision)
-                    # The first n - 1 committed tokens are the draft's: the accept length.
-                    accepted.append(size - 1)
+                    accepted.append(accept)
             else:
                 call.skip_step()
     finally:
@@ -148,10 +184,87 @@ def step_batch(
                 raise call.not_live_error("step_batch()")
     sets: list[CorpusSet] = [call.corpora for call in calls]  # type: ignore[misc]
     if shared is None:
+        if trees:
+            # Every call accepted first, as above; then each call's tree in turn.
+            return [call.propose_tree(k) for call, k in zip(calls, caps)]
         for call in calls:
             call.last_source, call.last_match_length = None, 0
         return _propose_each(calls, sets, match_lengths_batch(sets), caps)
-    return _propose(shared, calls, sets, caps)
+    chains = _propose(shared, calls, sets, caps)
+    if trees:
+        return _grow_trees(shared, calls, sets, caps, chains)
+    return chains
+
+
+def _grow_trees(
+    server: AgSpecServer,
+    calls: Sequence[AgSpecCall],
+    sets: list[CorpusSet],
+    caps: list[int],
+    chains: list[list[int]],
+) -> list[DraftTree]:
+    """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
+    recorded) their chains: which trees may beat their chains, every match of those in
+    one native call, every candidate branch of every request in one more, then each
+    tree merged, scored and sized in the call (`AgSpecCall.take_tree`)."""
+    out = [DraftTree.chain(chain) for chain in chains]
+    grow: list[tuple[int, list[float], int]] = []  # (request, chain curve, node budget)
+    top = server.tree_max_nodes
+    for i, (call, chain, k) in enumerate(zip(calls, chains, caps)):
+        if chain:
+            curve = call.tree_curve(chain, k if k < top else top)
+            if curve is not None:
+                grow.append((i, curve, k if k < top else top))
+    if not grow:
+        return out
+    lengths = match_lengths_batch([sets[i] for i, _, _ in grow])
+    plans: list[tuple[list[int], int]] = []
+    flat_sets: list[CorpusSet] = []
+    flat_slots: list[int] = []
+    flat_depths: list[int] = []
+    flat_rules: list[ContinuationRule] = []
+    ranks: list[int] = []
+    for (i, _, budget), ls in zip(grow, lengths):
+        slots, rules, depth = calls[i].tree_candidates(ls, budget)
+        plans.append((slots, depth))
+        flat_sets += [sets[i]] * len(slots)
+        flat_slots += slots
+        flat_depths += [depth] * len(slots)
+        flat_rules += rules
+        # Candidates rank by their corpus's match, longest first (then as listed).
+        ranks += [-ls[s] for s in slots]
+    counts = [len(slots) for slots, _ in plans]
+    firsts = [chains[i] for i, _, _ in grow]
+    occurrences = {calls[i].max_occurrences for i, _, _ in grow}
+    if len(occurrences) == 1:
+        tries = candidate_tries(
+            flat_sets,
+            flat_slots,
+            flat_depths,
+            flat_rules,
+            ranks,
+            counts,
+            firsts,
+            max_occurrences=occurrences.pop(),
+        )
+    else:
+        tries, at = [], 0
+        for (i, _, _), n, first in zip(grow, counts, firsts):
+            tries += candidate_tries(
+                flat_sets[at : at + n],
+                flat_slots[at : at + n],
+                flat_depths[at : at + n],
+                flat_rules[at : at + n],
+                ranks[at : at + n],
+                [n],
+                [first],
+                max_occurrences=calls[i].max_occurrences,
+            )
+            at += n
+    for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
+        if slots:
+            out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
+    return out
 
 
 def _propose(

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agspec.corpora.corpus_set import CorpusSet
+from agspec.corpora.corpus_set import (
+    CorpusSet,
+    continuation_tries,
+    continuations_batch,
+)
 from agspec.drafter.tree import DraftTree
 from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule, as_tokens
-from agspec.policy.cost_length import batch_prices
 from agspec.policy.source import Source
-from agspec.policy.tree_size import merge_branches, node_probabilities, size_tree
+from agspec.policy.tree_size import BranchTrie, merge_candidates, node_probabilities, size_tree
 
 if TYPE_CHECKING:
     from agspec.drafter.session import AgSpecSession
@@ -22,6 +26,35 @@ if TYPE_CHECKING:
 # matches: the most recent, the most frequent next-3-token group's and the first
 # occurrence (the chain's own (corpus, rule) is the first branch).
 TREE_RULES: tuple[ContinuationRule, ...] = ("recent", "frequent", "first")
+
+
+def candidate_tries(
+    sets: Sequence[CorpusSet],
+    slots: list[int],
+    max_tokens: list[int],
+    rules: list[ContinuationRule],
+    ranks: list[int],
+    counts: list[int],
+    firsts: list[list[int]],
+    *,
+    max_occurrences: int,
+) -> list[BranchTrie]:
+    """The candidate branches of token trees, copied and merged: tree t's candidates are
+    the next counts[t] (set, slot, length, rule) entries, merged after its chain
+    firsts[t] in the order of their ranks (`merge_candidates`). One native call for every
+    tree when the corpora are native (`continuation_tries`), else `merge_candidates` of
+    each tree's copies."""
+    if all(cs.is_native for cs in sets):
+        return continuation_tries(
+            sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
+        )
+    conts = continuations_batch(sets, slots, max_tokens, rules, max_occurrences=max_occurrences)
+    out = []
+    at = 0
+    for n, first in zip(counts, firsts):
+        out.append(merge_candidates(first, conts[at : at + n], ranks[at : at + n]))
+        at += n
+    return out
 
 
 class AgSpecCall:
@@ -203,94 +236,112 @@ class AgSpecCall:
         branch `7 -> 8 -> 9`: tokens `[7, 4, 2, 8, 9]`, parents `[-1, 0, 1, 0, 3]`.
         """
         chain = self.propose(max_nodes)
-        server = self.session.server
-        budget = min(max_nodes, server.tree_max_nodes)
-        if budget <= 1 or not chain:
+        budget = min(max_nodes, self.session.server.tree_max_nodes)
+        chain_curve = self.tree_curve(chain, budget)
+        if chain_curve is None:
             return DraftTree.chain(chain)
         corpora = self._corpora
-        assert corpora is not None and self.last_source is not None
-        agent = self.agent
-        m_primary = self.last_match_length
-        survival = server.lengths.survival
-        chain_curve = survival.curve(agent, m_primary, len(chain))[: len(chain)]
-        if not self._tree_may_pay(chain_curve, budget):
-            return DraftTree.chain(chain)
+        assert corpora is not None
         lengths = corpora.match_lengths()
-        names = corpora.names
-        primary = names.index(self.last_source)
+        slots, rules, depth = self.tree_candidates(lengths, budget)
+        if not slots:
+            return DraftTree.chain(chain)
+        (trie,) = candidate_tries(
+            [corpora] * len(slots),
+            slots,
+            [depth] * len(slots),
+            rules,
+            [-lengths[s] for s in slots],
+            [len(slots)],
+            [chain],
+            max_occurrences=self._max_occurrences,
+        )
+        return self.take_tree(chain, chain_curve, budget, lengths, slots, trie, depth)
+
+    # --- propose_tree in its parts (step_batch(trees=True) runs each for a whole batch) ---
+
+    def tree_curve(self, chain: list[int], budget: int) -> list[float] | None:
+        """The chain's acceptance curve when a tree of `budget` nodes may beat the chain
+        just drafted (`chain`, recorded by `propose`); None when the chain stands."""
+        if budget <= 1 or not chain:
+            return None
+        assert self.last_source is not None
+        curve = self.session.server.lengths.survival.curve(
+            self.agent, self.last_match_length, len(chain)
+        )[: len(chain)]
+        return curve if self._tree_may_pay(curve, budget) else None
+
+    def tree_candidates(
+        self, lengths: list[int], budget: int
+    ) -> tuple[list[int], list[ContinuationRule], int]:
+        """The candidate branches to retrieve, given the corpora's match lengths: (slots,
+        rules, depth), every (corpus, rule of `TREE_RULES`) whose match is long enough
+        but the chain's own, each `depth` tokens deep (slots empty: none)."""
+        corpora = self._corpora
+        assert corpora is not None and self.last_source is not None
+        server = self.session.server
+        primary = corpora.names.index(self.last_source)
         primary_rule = corpora._rules[primary]
         min_match = max(1, server.min_match_tokens)
         # An alternative at most half the budget deep: with a small budget the deep nodes
         # of alternatives would never be kept, only merged and scored.
         depth = min(server.config.tree_branch_tokens, max(1, budget // 2))
         slots: list[int] = []
+        rules: list[ContinuationRule] = []
         for s, m in enumerate(lengths):
             if m >= min_match:
-                slots += [s] * len(TREE_RULES)
-        rules = list(TREE_RULES) * (len(slots) // len(TREE_RULES))
-        picked = [(s, r) for s, r in zip(slots, rules) if not (s == primary and r == primary_rule)]
-        if not picked:
+                for r in TREE_RULES:
+                    if not (s == primary and r == primary_rule):
+                        slots.append(s)
+                        rules.append(r)
+        return slots, rules, depth
+
+    def take_tree(
+        self,
+        chain: list[int],
+        chain_curve: list[float],
+        budget: int,
+        lengths: list[int],
+        slots: list[int],
+        trie: BranchTrie,
+        depth: int,
+    ) -> DraftTree:
+        """The tree of this step from the chain and the trie of its candidates (copied
+        from `slots`, ranked by their corpus's match, longest first: `candidate_tries`):
+        scored and sized (`agspec.policy.tree_size`), recorded for the next `accept`."""
+        tokens, parents, support, curve_of, origin = trie
+        if len(origin) == 1:  # no candidate adds a node
             return DraftTree.chain(chain)
-        slots = [s for s, _ in picked]
-        alts = corpora.continuations(
-            slots,
-            [depth] * len(slots),
-            [r for _, r in picked],
-            max_occurrences=self._max_occurrences,
-        )
-        # A candidate that is a prefix of the chain adds nothing (support only matters for
-        # alternatives); identical candidates are merged once, weighted by their count.
-        found: dict[tuple[int, ...], list[int]] = {}
-        for s, alt in zip(slots, alts):
-            if alt and alt != chain[: len(alt)]:
-                key = tuple(alt)
-                seen = found.get(key)
-                if seen is None:
-                    found[key] = [s, 1]
-                else:
-                    seen[1] += 1
-        if not found:
-            return DraftTree.chain(chain)
-        # Alternatives rank by their corpus's match, longest first (then as found).
-        ranked = sorted(found.items(), key=lambda kv: -lengths[kv[1][0]])
-        branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
-        weights = [1, *(w for _, (_, w) in ranked)]
-        tokens, parents, support, curve_of = merge_branches(branches, weights)
+        server = self.session.server
+        agent = self.agent
+        survival = server.lengths.survival
         curves = [chain_curve]
-        curves += [survival.curve(agent, lengths[s], depth)[:depth] for _, (s, _) in ranked]
+        # Each branch follows its corpus's curve (read once per corpus: scoring only reads).
+        by_slot: dict[int, list[float]] = {}
+        for k in origin[1:]:
+            s = slots[k]
+            curve = by_slot.get(s)
+            if curve is None:
+                curve = by_slot[s] = survival.curve(agent, lengths[s], depth)[:depth]
+            curves.append(curve)
         p = node_probabilities(
             parents, support, curve_of, curves, server.branch_rates.rates_for(agent)
         )
         if server.batch_cost_mode:
-            policy = server.lengths
-            top = min(budget, len(tokens))
-            chain_costs = policy.step_costs
-            if (
-                top < len(chain_costs)
-                and policy.mean_draft + top / policy.batch_size < len(chain_costs) - 2
-                and server.tree_step_costs[: len(chain_costs)] == chain_costs
-            ):
-                # The prices below, from the same costs and float operations (every point
-                # they interpolate lies within the chain's costs): the chain's rule has
-                # them at this batch state already (`cost.batch_prices` remembers them).
-                prices = policy.cost.batch_prices(top)
-            else:
-                prices = batch_prices(
-                    server.tree_step_costs,
-                    batch_size=policy.batch_size,
-                    mean_draft=policy.mean_draft,
-                    mean_committed=policy.mean_committed,
-                    max_tokens=top,
-                )
+            # A node costs what a draft token costs in the batch (the chain rule's prices,
+            # at the tree's step costs).
+            prices = server.lengths.cost.batch_prices(
+                min(budget, len(tokens)), server.tree_step_costs
+            )
             keep = size_tree(p, None, budget, prices=prices)
         else:
             keep = size_tree(p, server.tree_step_costs, budget)
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
-        num_chain = sum(1 for i in keep if i < len(chain))
+        num_chain = bisect_left(keep, len(chain))  # keep is in node order
         draft = chain[:num_chain]
         self._draft = draft
-        self._decision = (num_chain, False, m_primary) if num_chain else None
+        self._decision = (num_chain, False, self.last_match_length) if num_chain else None
         if len(keep) == num_chain:
             return DraftTree.chain(draft)
         new_index = {old: new for new, old in enumerate(keep)}
@@ -318,8 +369,8 @@ class AgSpecCall:
             d = curve[i - 1] - curve[i]
             if d > drop:
                 drop = d
-        rates = server.branch_rates
-        q = max(rates.rate(self.agent, k) for k in range(1, 5))
+        rate = server.branch_rates.rates_for(self.agent)  # kept until the next observe
+        q = max(rate(1), rate(2), rate(3), rate(4))
         bound = q * (drop if drop > top else top)
         if bound > top:
             return True  # an alternative may outrank a node of the chain
@@ -427,6 +478,32 @@ class AgSpecCall:
         """The committed tokens as a list, checked against the draft; feeds the policy and
         clears the draft (with `feed=False` nothing changes: `step_batch` feeds a whole
         step's calls at once)."""
+        committed, accepted = self._checked_tokens(committed_ids, feed)
+        if not feed:
+            self._tree = None
+            return committed
+        server = self.session.server
+        decision = self._decision
+        tree = self._tree
+        if decision is not None:
+            server.lengths.observe_tokens(
+                self.agent, decision[0], decision[1], decision[2], accepted
+            )
+        if server.batch_cost_mode:
+            # A tree is priced by its nodes: each is a token of the verification batch.
+            drafted = len(self._draft) if tree is None else len(tree[0])
+            server.lengths.note_step(drafted, len(committed))
+        self._draft, self._decision, self._tree = [], None, None
+        return committed
+
+    def _checked_tokens(
+        self, committed_ids: Sequence[int] | np.ndarray, feed_rates: bool
+    ) -> tuple[list[int], int]:
+        """The committed tokens as a list, checked against the draft (a chain, or a tree
+        whose alternatives' rates learn from them with `feed_rates`), and the accept
+        length the acceptance curves learn from: the first n - 1 committed tokens are the
+        draft's (agspec.drafter.protocol.accept_length); of a tree, the chain's own (its
+        first branch: what the curves describe). Changes nothing else."""
         if not self._begun or self._ended:
             raise self._not_live("accept()")
         committed = (
@@ -450,7 +527,7 @@ class AgSpecCall:
                 ):
                     raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
             committed = [int(t) for t in committed]
-            chain_accept = self._tree_path(committed, feed)
+            chain_accept = self._tree_path(committed, feed_rates)
         elif n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
             raise ValueError(
                 f"committed_ids {committed[:8]} are not a prefix of the draft "
@@ -466,27 +543,7 @@ class AgSpecCall:
             last = committed[-1]
         if not 0 <= last < 2**31:
             raise ValueError(f"committed_ids[-1] = {last} is outside [0, 2^31)")
-        if not feed:
-            self._tree = None
-            return committed
-        server = self.session.server
-        decision = self._decision
-        if decision is not None:
-            # The first n - 1 committed tokens are the draft's (checked above): the accept
-            # length (agspec.drafter.protocol.accept_length) is n - 1; of a tree, the
-            # chain's own (its first branch: what the acceptance curves describe).
-            server.lengths.observe_tokens(
-                self.agent,
-                decision[0],
-                decision[1],
-                decision[2],
-                n - 1 if tree is None else chain_accept,
-            )
-        if server.batch_cost_mode:
-            # A tree is priced by its nodes: each is a token of the verification batch.
-            server.lengths.note_step(len(draft) if tree is None else len(tree[0]), n)
-        self._draft, self._decision, self._tree = [], None, None
-        return committed
+        return committed, n - 1 if tree is None else chain_accept
 
     def _count(self, n: int) -> None:
         """Bookkeeping after the corpora took `n` committed tokens."""
@@ -539,30 +596,33 @@ class AgSpecCall:
 
     def take_committed(
         self, committed_ids: Sequence[int] | np.ndarray
-    ) -> tuple[list[int], int, tuple[int, bool, int] | None]:
+    ) -> tuple[list[int], int, tuple[int, bool, int] | None, int]:
         """The accept half of a batched step for this call, without feeding the policy or
-        the corpora (step_batch does both for the whole step): the committed tokens,
-        checked against the draft as `accept` checks them, the last draft's length and
-        its decision (draft length, censored by the cap, match length; None when the call
-        did not draft). Clears the draft."""
+        the corpora (step_batch does both for the whole step; a tree's alternatives' rates
+        are fed here): the committed tokens, checked against the draft as `accept` checks
+        them, the number of tokens the last draft put in the verification (a tree's
+        nodes), its decision (draft length, censored by the cap, match length; None when
+        the call did not draft) and the accept length the policy learns. Clears the draft."""
         draft = self._draft
         size = len(committed_ids)
-        # What _check_committed passes unchanged (a list of ints: the draft's prefix and
+        tree = self._tree
+        # What _checked_tokens passes unchanged (a list of ints: the draft's prefix and
         # one id); anything else goes through it, which converts or refuses it.
         if (
-            type(committed_ids) is list
+            tree is None
+            and type(committed_ids) is list
             and self._live
             and size <= len(draft) + 1
             and committed_ids[:-1] == draft[: size - 1]
             and type(committed_ids[-1]) is int
             and 0 <= committed_ids[-1] < 2**31
         ):
-            toks = committed_ids
+            toks, accepted = committed_ids, size - 1
         else:
-            toks = self._check_committed(committed_ids, feed=False)
+            toks, accepted = self._checked_tokens(committed_ids, True)
         decision = self._decision
-        self._draft, self._decision = [], None
-        return toks, len(draft), decision
+        self._draft, self._decision, self._tree = [], None, None
+        return toks, len(draft) if tree is None else len(tree[0]), decision, accepted
 
     def accept_fed(self, committed_ids: Sequence[int] | np.ndarray) -> list[int]:
         """`accept`'s checks and its policy feedback, without feeding the corpora: the
@@ -573,7 +633,7 @@ class AgSpecCall:
         """A step that committed nothing for this call (right after `begin`)."""
         if not self._live:
             raise self._not_live("step_batch()")
-        self._draft, self._decision = [], None
+        self._draft, self._decision, self._tree = [], None, None
 
     def count_committed(self, num_tokens: int) -> None:
         """The live-token bookkeeping once the corpora took `num_tokens` committed tokens."""

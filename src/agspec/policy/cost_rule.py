@@ -71,8 +71,9 @@ class CostLengthRule:
         # (survival version, step costs, batch size, batch means) they were computed at.
         self._tables: dict[tuple[str, int], list[int]] = {}
         self._tables_at: tuple[int, list[float], int, float, float] | None = None
-        # (mean draft, mean committed, batch size, step costs, their `batch_prices`)
-        self._prices_at: tuple[float, float, int, list[float], list[float]] | None = None
+        # id(step costs) -> (mean draft, mean committed, batch size, those step costs,
+        # their `batch_prices`); the costs are held, so an id is never reused meanwhile.
+        self._prices_at: dict[int, tuple[float, float, int, list[float], list[float]]] = {}
 
     @property
     def bound_tokens(self) -> int:
@@ -204,31 +205,44 @@ class CostLengthRule:
             out.append(table)
         return out
 
-    def batch_prices(self, max_tokens: int) -> list[float]:
+    def batch_prices(self, max_tokens: int, step_costs: list[float] | None = None) -> list[float]:
         """`cost_length.batch_prices` at the current batch state, up to at least
-        `max_tokens` or all the step costs have (remembered until the state changes)."""
-        at = self._prices_at
+        `max_tokens` or all the step costs have: of the rule's own step costs, or of
+        `step_costs` (a token tree's, which go further than a chain's). The one place a
+        step's prices are computed; each list of costs' prices are remembered (by
+        identity) until the batch state changes.
+
+        >>> rule = CostLengthRule([1.0, 1.5, 2.0], MatchSurvival(max_tokens=2), batch_size=2)
+        >>> [round(p, 3) for p in rule.batch_prices(2)]   # ρ = 2, Δ(L) = L / 4
+        [0.0, 0.5, 1.0]
+        >>> rule.batch_prices(2) is rule.batch_prices(1)   # remembered
+        True
+        """
+        costs = self.step_costs if step_costs is None else step_costs
+        at = self._prices_at.get(id(costs))
         if (
             at is not None
-            and len(at[4]) > min(max_tokens, len(self.step_costs) - 1)
+            and at[3] is costs
+            and len(at[4]) > min(max_tokens, len(costs) - 1)
             and at[0] == self.mean_draft
             and at[1] == self.mean_committed
             and at[2] == self.batch_size
-            and at[3] is self.step_costs
         ):
             return at[4]
         prices = batch_prices(
-            self.step_costs,
+            costs,
             batch_size=self.batch_size,
             mean_draft=self.mean_draft,
             mean_committed=self.mean_committed,
             max_tokens=max_tokens,
         )
-        self._prices_at = (
+        if len(self._prices_at) >= 4 and id(costs) not in self._prices_at:
+            self._prices_at.clear()  # costs swapped (a new profile, other batch sizes)
+        self._prices_at[id(costs)] = (
             self.mean_draft,
             self.mean_committed,
             self.batch_size,
-            self.step_costs,
+            costs,
             prices,
         )
         return prices

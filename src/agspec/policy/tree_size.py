@@ -39,11 +39,24 @@ at larger batches Σ p − price(n) at the batch's prices. Where a wider tree do
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 from agspec.policy.cost_length import best_length, best_length_at_prices
 
-__all__ = ["BranchRates", "merge_branches", "node_probabilities", "size_tree"]
+__all__ = [
+    "BranchRates",
+    "BranchTrie",
+    "merge_branches",
+    "merge_candidates",
+    "node_probabilities",
+    "size_tree",
+]
+
+# A merged trie: (tokens, parents, support, branch_of, origin), as `merge_candidates`
+# (and the native `continuation_tries`, its batched twin) return it.
+BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
 
 # Supports above this share one rate (a node most candidates agree on).
 MAX_SUPPORT_BUCKET = 4
@@ -72,6 +85,9 @@ class BranchRates:
         self.prior, self.prior_weight = float(prior), float(prior_weight)
         # (agent, support bucket) -> [trials, successes], the prior included
         self._counts: dict[tuple[str, int], list[float]] = {}
+        # agent -> its `rates_for`, until the next `observe` (a batch step scores many
+        # trees between two verifications).
+        self._tables: dict[str, Callable[[int], float]] = {}
 
     def rate(self, agent: str, support: int) -> float:
         counts = self._counts.get((agent, min(support, MAX_SUPPORT_BUCKET)))
@@ -81,12 +97,21 @@ class BranchRates:
 
     def rates_for(self, agent: str) -> Callable[[int], float]:
         """q_a as a function of the support, for one agent (one tree's scoring): the
-        agent's rates read once, so that one tree's scoring does no lookups by key."""
-        table = [self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)]
-        top = MAX_SUPPORT_BUCKET
-        return lambda support: table[support if support < top else top]
+        agent's rates read once, so that one tree's scoring does no lookups by key (and
+        kept until the next `observe`)."""
+        fn = self._tables.get(agent)
+        if fn is None:
+            table = [self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)]
+            top = MAX_SUPPORT_BUCKET
+
+            def fn(support: int) -> float:
+                return table[support if support < top else top]
+
+            self._tables[agent] = fn
+        return fn
 
     def observe(self, agent: str, support: int, right: bool) -> None:
+        self._tables.pop(agent, None)
         key = (agent, min(support, MAX_SUPPORT_BUCKET))
         counts = self._counts.get(key)
         if counts is None:
@@ -138,6 +163,37 @@ def merge_branches(
     return tokens, parents, support, curve_of
 
 
+def merge_candidates(
+    first: Sequence[int], candidates: Sequence[Sequence[int]], ranks: Sequence[int]
+) -> BranchTrie:
+    """`merge_branches` of a token tree's candidates after its first branch: empty
+    candidates and prefixes of the first are dropped (they add nothing), identical ones
+    kept once with their count as weight, the rest ordered stably by the rank of their
+    first copy (smallest first). Returns the trie and `origin`: origin[b] is the candidate
+    whose first copy is branch b (origin[0] = -1, the first branch). The reference of the
+    native `continuation_tries` (cpp/index/branch_trie.h), which copies and merges every
+    request's candidates of a batch step in one call.
+
+    >>> merge_candidates([7, 4, 2], [[7, 4], [7, 8, 9], [5], [7, 8, 9]], [0, 0, 1, 0])
+    ([7, 4, 2, 8, 9, 5], [-1, 0, 1, 0, 3, -1], [3, 1, 1, 2, 2, 1], [0, 0, 0, 1, 1, 2], [-1, 1, 2])
+    """
+    chain = list(first)
+    found: dict[tuple[int, ...], list[int]] = {}  # candidate -> [first copy, copies]
+    for k, alt in enumerate(candidates):
+        if alt and list(alt) != chain[: len(alt)]:
+            key = tuple(alt)
+            seen = found.get(key)
+            if seen is None:
+                found[key] = [k, 1]
+            else:
+                seen[1] += 1
+    ranked = sorted(found.items(), key=lambda kv: ranks[kv[1][0]])
+    branches: list[Sequence[int]] = [chain, *(alt for alt, _ in ranked)]
+    weights = [1, *(w for _, (_, w) in ranked)]
+    tokens, parents, support, branch_of = merge_branches(branches, weights)
+    return tokens, parents, support, branch_of, [-1, *(k for _, (k, _) in ranked)]
+
+
 def node_probabilities(
     parents: Sequence[int],
     support: Sequence[int],
@@ -150,25 +206,31 @@ def node_probabilities(
     curve gets p = 0) and `rate(support)` is q_a. Alternatives of one node are ranked in
     the order their branches came.
 
-    One step per run of new nodes of a branch (`merge_branches`): its first node is the
-    first child of its parent or an alternative; the rest follow its curve, p(d) =
-    p(first) · S(d) / S(d0)."""
+    One step per run of new nodes of a branch (`merge_branches`: a branch's new nodes
+    are consecutive, each the first child of the one before, and branch indices never
+    fall along the nodes): its first node is the first child of its parent or an
+    alternative; the rest follow its curve, p(d) = p(first) · S(d) / S(d0)."""
     n = len(parents)
     p = [0.0] * n
     depth = [0] * n
-    # Mass of each node not yet given to a child; absent: no child yet.
+    # Mass of each node not yet given to a child, once an alternative took some; a node
+    # inside a run that no alternative took from has p(node) − p(its run's next node).
     free: dict[int, float] = {}
     start = 0
     while start < n:
         b = curve_of[start]
-        end = start + 1
-        while end < n and curve_of[end] == b and parents[end] == end - 1:
-            end += 1
+        end = bisect_right(curve_of, b, start)  # the run: every node of branch b
         par = parents[start]
-        p_par = p[par] if par >= 0 else 1.0
-        d0 = depth[par] + 1 if par >= 0 else 1
         curve = curves[b]
-        rem = free.get(par)
+        if par >= 0:
+            p_par = p[par]
+            d0 = depth[par] + 1
+            rem = free.get(par)
+            if rem is None and par + 1 < n and curve_of[par + 1] == curve_of[par]:
+                rem = p_par - p[par + 1]  # its first child continues its run
+        else:
+            p_par, d0 = 1.0, 1
+            rem = free.get(par)
         if d0 > len(curve):
             p0 = 0.0
         elif rem is None:  # the parent's first child: its branch goes on
@@ -180,16 +242,14 @@ def node_probabilities(
         free[par] = (p_par if rem is None else rem) - p0
         p[start] = p0
         depth[start] = d0
-        # The run's other nodes: along the curve, relative to its first node.
-        last = min(end, start + len(curve) - d0 + 1)
-        base = curve[d0 - 1] if d0 <= len(curve) else 0.0
-        if base > 0.0 and p0 > 0.0:
-            # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
-            for i in range(start + 1, last):
-                p[i] = p0 * (curve[d0 - 1 + i - start] / base)
-        for i in range(start + 1, end):
-            depth[i] = d0 + i - start
-            free[i - 1] = p[i - 1] - p[i]
+        if end - start > 1:
+            depth[start + 1 : end] = range(d0 + 1, d0 + end - start)
+            # The run's other nodes: along the curve, relative to its first node.
+            last = min(end, start + len(curve) - d0 + 1)
+            base = curve[d0 - 1] if d0 <= len(curve) else 0.0
+            if base > 0.0 and p0 > 0.0 and last > start + 1:
+                # p0 · S(d) / S(d0): the ratio first (at most 1: no overflow for a tiny S(d0)).
+                p[start + 1 : last] = [p0 * (c / base) for c in curve[d0 : d0 + last - start - 1]]
         start = end
     return p
 

@@ -8,7 +8,8 @@ One thread owns the llama.cpp context (`SlotDecoder`, N slots). Every step:
    longest prefix with its prompt (an agent session's next call finds its history there:
    only the new messages are prefilled).
 3. The drafter drafts for every decoding request in one batched step (`step_batch`, the
-   cost rule priced at the live batch size); other drafters draft call by call.
+   cost rule priced at the live batch size: token trees for greedy requests, chains for
+   sampled ones); other drafters draft call by call.
 4. One `llama_decode` evaluates each decoding request's pending token and draft, plus
    prefill chunks of admitted prompts in the room left (at most `--prefill-chunk` tokens
    while others decode, so a long prompt delays them by one chunk per step, not by its
@@ -387,11 +388,14 @@ class BatchLoop:
         return None, []
 
     def _draft(self, decoding: list[_Running]) -> None:
-        """Every decoding request's next draft, the AgSpec calls in one `step_batch`."""
+        """Every decoding request's next draft, the AgSpec calls in `step_batch`: one
+        batched tree step for the greedy requests when the slots have room for branches,
+        one batched chain step for the others, both priced at the live batch size."""
         cfg = self.engine.config
-        batched: list[_Running] = []
-        caps: list[int] = []
-        priced = False
+        chains: list[_Running] = []
+        chain_caps: list[int] = []
+        trees: list[_Running] = []
+        tree_caps: list[int] = []
         for r in decoding:
             room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1
             want = max(0, min(cfg.num_draft_tokens, r.max_new - len(r.tokens) - 1, room))
@@ -400,20 +404,12 @@ class BatchLoop:
             if r.call is None:
                 continue
             if _is_agspec_call(r.call):
-                if not (self.trees and r.sampling is None):
-                    batched.append(r)
-                    caps.append(want)
-                    continue
-                # A token tree, call by call (step_batch drafts chains), priced at the
-                # live batch size as step_batch prices its chains.
-                if not priced:
-                    r.call.session.server.set_batch_size(len(decoding))
-                    priced = True
-                if r.committed:
-                    r.call.accept(r.committed)
-                r.committed = None
-                if want > 0:
-                    self._take_tree(r, r.call.propose_tree(want), want)
+                if self.trees and r.sampling is None:
+                    trees.append(r)
+                    tree_caps.append(want)
+                else:
+                    chains.append(r)
+                    chain_caps.append(want)
                 continue
             if r.committed:
                 r.call.accept(r.committed)
@@ -421,16 +417,30 @@ class BatchLoop:
             if want > 0:
                 r.draft = [int(t) for t in r.call.propose(want)][:want]
                 r.source = str(getattr(r.call, "last_source", None) or "other")
-        if batched:
-            from agspec.drafter.batch import step_batch
+        if not (trees or chains):
+            return
+        from agspec.drafter.batch import step_batch
 
+        if trees:
+            drafted = step_batch(
+                [r.call for r in trees],
+                [r.committed for r in trees],
+                tree_caps,
+                batch_size=len(decoding),
+                trees=True,
+            )
+            for r, tree, k in zip(trees, drafted, tree_caps):
+                r.committed = None
+                if k > 0:
+                    self._take_tree(r, tree, k)
+        if chains:
             drafts = step_batch(
-                [r.call for r in batched],
-                [r.committed for r in batched],
-                caps,
+                [r.call for r in chains],
+                [r.committed for r in chains],
+                chain_caps,
                 batch_size=len(decoding),
             )
-            for r, d, k in zip(batched, drafts, caps):
+            for r, d, k in zip(chains, drafts, chain_caps):
                 r.committed = None
                 r.draft = [int(t) for t in d][:k]
                 r.source = str(r.call.last_source or "other") if r.draft else "other"

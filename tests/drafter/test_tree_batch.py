@@ -1,0 +1,280 @@
+"""`step_batch(..., trees=True)` against its oracle: every call's `accept`, then every
+call's `propose_tree`, one call at a time. Two servers built alike replay the same
+sessions in lockstep, one through the batched tree step and one call by call; at every
+step their trees must be equal node for node (token ids and parents), and both commit
+the greedy path of the recorded output through that tree."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from chartok import CharTokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agspec.drafter import VARIANTS, AgSpecServer, step_batch
+from agspec.drafter.tree import DraftTree, tree_commit
+
+TRACES = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces").resolve()
+
+
+class Flat:
+    """A big GPU: verifying any number of tokens costs one decode step (trees pay)."""
+
+    def step_cost(self, n_tokens: int, batch_size: int) -> float:
+        return 1.0
+
+
+@dataclass
+class Call:
+    """One recorded call: what `begin` gets, and the output the model wrote."""
+
+    agent: str
+    role: str
+    turn: int
+    prompt: list[int]
+    output: list[int]
+    artifacts: list[tuple[str, str]] = field(default_factory=list)
+    emission_format: str = "none"
+
+
+@dataclass
+class Slot:
+    """A batch slot replaying one session's calls in order, on both servers."""
+
+    session_id: str
+    calls: list[Call]
+    drafters: tuple[Any, Any] = (None, None)  # (batched, reference) calls
+    position: int = 0  # output tokens committed so far
+    committed: list[int] | None = None  # for the next step's accept
+
+
+def _begin(server: AgSpecServer, sid: str, c: Call) -> Any:
+    sess = server.session(sid, emission_format=c.emission_format)
+    for path, text in c.artifacts:
+        sess.open_artifact(path, text)
+    d = sess.call(c.agent, c.role, c.turn)
+    d.begin(c.prompt)
+    return d
+
+
+def _lockstep(make_server, sessions, num_requests: int, max_nodes: int) -> tuple[int, int]:
+    """Replays `sessions` (session id, [Call]) `num_requests` at a time on two servers;
+    asserts the batched trees equal the call-by-call ones at every step. Returns (request
+    steps, steps whose tree had more than one branch)."""
+    batched, reference = make_server(), make_server()
+    queue = list(reversed(sessions))
+    slots: list[Slot] = []
+
+    def start(slot: Slot) -> Slot:
+        c = slot.calls[0]
+        slot.drafters = (_begin(batched, slot.session_id, c), _begin(reference, slot.session_id, c))
+        slot.position, slot.committed = 0, None
+        return slot
+
+    while queue and len(slots) < num_requests:
+        sid, calls = queue.pop()
+        slots.append(start(Slot(sid, calls)))
+    steps = branched = 0
+    step = 0
+    while slots:
+        trees = step_batch(
+            [s.drafters[0] for s in slots], [s.committed for s in slots], max_nodes, trees=True
+        )
+        for s in slots:  # the oracle: every accept, then every propose_tree
+            if s.committed:
+                s.drafters[1].accept(s.committed)
+        expected = [s.drafters[1].propose_tree(max_nodes) for s in slots]
+        for s, got, want in zip(slots, trees, expected):
+            assert isinstance(got, DraftTree)
+            assert (got.token_ids, got.parents) == (want.token_ids, want.parents), (
+                f"step {step}, session {s.session_id} at output token {s.position}: "
+                f"batched {got} != call by call {want}"
+            )
+            assert s.drafters[0].draft == s.drafters[1].draft  # the first branch kept
+        steps += len(slots)
+        branched += sum(not t.is_chain for t in trees)
+        step += 1
+        live: list[Slot] = []
+        for s, tree in zip(slots, trees):
+            out = s.calls[0].output
+            _, commit, _ = tree_commit(tree, out, s.position)
+            s.position += len(commit)
+            s.committed = list(commit)
+            if s.position < len(out):
+                live.append(s)
+                continue
+            for d in s.drafters:
+                d.accept(s.committed)
+                d.end()
+            if len(s.calls) > 1:
+                live.append(start(Slot(s.session_id, s.calls[1:])))
+            else:
+                batched.end_session(s.session_id)
+                reference.end_session(s.session_id)
+                if queue:
+                    sid, calls = queue.pop()
+                    live.append(start(Slot(sid, calls)))
+        slots = live
+    assert batched.lengths.mean_draft == reference.lengths.mean_draft
+    assert batched.branch_rates._counts == reference.branch_rates._counts
+    return steps, branched
+
+
+def _hand_sessions(seed: int, num_sessions: int) -> list[tuple[str, list[Call]]]:
+    """Agent-like sessions: outputs copy lines of a shared pool, with edits, and prompts
+    resend the history, so every corpus matches with several occurrences."""
+    rng = random.Random(seed)
+    pool = [[rng.randrange(1, 300) for _ in range(rng.randrange(4, 10))] for _ in range(30)]
+    sessions = []
+    for s in range(num_sessions):
+        history = [rng.randrange(1, 300) for _ in range(60)]
+        calls = []
+        for turn in range(3):
+            out: list[int] = []
+            for _ in range(rng.randrange(4, 8)):
+                line = list(rng.choice(pool))
+                if rng.random() < 0.4:
+                    line[rng.randrange(len(line))] = rng.randrange(1, 300)
+                out += line
+            agent = ("coder", "reviewer")[s % 2]
+            calls.append(Call(agent, "code", turn, list(history), out))
+            history = history + out + [rng.randrange(1, 300) for _ in range(20)]
+        sessions.append((f"hand/{seed}/{s}", calls))
+    return sessions
+
+
+# (requests per step, the batch size the cost rule prices at): one request (the per-call
+# path), eight priced as one (the step costs' rule), eight and a full batch priced at
+# their size (the batch prices).
+SHAPES = [(1, 1), (8, 1), (8, 8), (64, 64)]
+
+
+@pytest.mark.parametrize("num_requests, priced_at", SHAPES)
+def test_batched_trees_equal_call_by_call_on_hand_built_sessions(num_requests, priced_at):
+    config = replace(VARIANTS["agspec"], use_global=False, use_history=False)
+
+    def make_server() -> AgSpecServer:
+        return AgSpecServer(
+            tokenizer=CharTokenizer(), config=config, cost_model=Flat(), batch_size=priced_at
+        )
+
+    sessions = _hand_sessions(7, max(4, num_requests + num_requests // 2))
+    steps, branched = _lockstep(make_server, sessions, num_requests, 16)
+    assert branched >= 5, f"only {branched} of {steps} steps drafted a tree"
+
+
+_dev: dict[str, Any] = {}
+
+
+def _dev_traces() -> tuple[list[tuple[str, list[Call]]], Any]:
+    """Real sessions of the dev traces (rendered; each call's output cut to 96 tokens),
+    the first 72 of SWE-agent and ChatDev alternately, and a global corpus of 30 more."""
+    if not _dev:
+        from agspec.corpora import GlobalCorpus
+        from agspec.tokenizers import get_tokenizer
+        from agspec.traces import import_traces, render_call
+
+        tok = get_tokenizer("qwen2.5")
+        picked: list[Any] = []
+        rest: list[Any] = []
+        for fmt, folder in (("swe-agent", "swe-agent-java"), ("chatdev", "chatdev")):
+            found, _ = import_traces(fmt, [TRACES / folder])
+            picked.append(found[:36])
+            rest += found[36:51]
+        sessions = []
+        for a, b in zip(*picked):
+            for s in (a, b):
+                calls = []
+                for c in s.calls[:3]:
+                    prompt, out = render_call(c, tok)
+                    if out:
+                        arts = [(x.path, x.text) for x in c.artifacts if x.text]
+                        calls.append(
+                            Call(c.agent, c.role, c.turn, prompt, out[:96], arts, c.emission_format)
+                        )
+                if calls:
+                    sessions.append((s.session_id, calls))
+        docs = []
+        for s in rest:
+            for c in s.calls:
+                prompt, out = render_call(c, tok)
+                docs.append(np.asarray(prompt + out, dtype=np.int32))
+        _dev["sessions"], _dev["global"], _dev["tok"] = sessions, GlobalCorpus.build(docs), tok
+    return _dev["sessions"], _dev
+
+
+@pytest.mark.skipif(
+    not TRACES.is_dir(), reason=f"dev-set traces not found at {TRACES} (third-party data)"
+)
+@pytest.mark.parametrize("num_requests, priced_at", SHAPES)
+def test_batched_trees_equal_call_by_call_on_dev_traces(num_requests, priced_at):
+    from agspec.policy.costmodel import get_cost_model
+
+    sessions, dev = _dev_traces()
+    # H200, a 32B model: trees pay at batch 1 and, trimmed, at 64.
+    cost_model = get_cost_model("h200-qwen2.5-32b", context_tokens=16384)
+
+    def make_server() -> AgSpecServer:
+        return AgSpecServer(
+            tokenizer=dev["tok"],
+            global_corpus=dev["global"],
+            config=VARIANTS["agspec"],
+            cost_model=cost_model,
+            batch_size=priced_at,
+        )
+
+    count = {1: 6, 8: 16}.get(num_requests, len(sessions))
+    steps, branched = _lockstep(make_server, sessions[:count], num_requests, 16)
+    assert branched > 0, f"no tree among {steps} steps"
+
+
+# -- the native trie against its reference -----------------------------------------------
+
+
+@st.composite
+def candidate_batches(draw):
+    """Requests over a small alphabet (so continuations repeat and share prefixes), each
+    with its chain (often a continuation's prefix or the whole of one) and candidates."""
+    from agspec.corpora.corpus_set import CorpusSet
+    from agspec.index.token_index import TokenIndex
+
+    index = TokenIndex()
+    index.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=60)))
+    rules = ["recent", "frequent", "first", "vote"]
+    sets, slots, depths, picks, ranks, counts, firsts = [], [], [], [], [], [], []
+    for _ in range(draw(st.integers(1, 4))):
+        cs = CorpusSet(
+            [("a", index, "recent"), ("b", index, "first")],
+            draw(st.lists(st.integers(0, 3), max_size=4)),
+        )
+        n = draw(st.integers(0, 8))
+        for _ in range(n):
+            sets.append(cs)
+            slots.append(draw(st.integers(0, 1)))
+            depths.append(draw(st.integers(0, 6)))
+            picks.append(draw(st.sampled_from(rules)))
+            ranks.append(draw(st.integers(-3, 3)))
+        counts.append(n)
+        firsts.append(draw(st.lists(st.integers(0, 3), max_size=6)))
+    return sets, slots, depths, picks, ranks, counts, firsts
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidate_batches())
+def test_native_tries_equal_merge_candidates(batch):
+    from agspec.corpora.corpus_set import continuation_tries, continuations_batch
+    from agspec.policy.tree_size import merge_candidates
+
+    sets, slots, depths, rules, ranks, counts, firsts = batch
+    got = continuation_tries(sets, slots, depths, rules, ranks, counts, firsts)
+    conts = continuations_batch(sets, slots, depths, rules)
+    at = 0
+    for trie, n, first in zip(got, counts, firsts):
+        assert trie == merge_candidates(first, conts[at : at + n], ranks[at : at + n])
+        at += n
