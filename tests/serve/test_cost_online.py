@@ -131,8 +131,8 @@ def test_draft_lengths_are_the_true_profiles() -> None:
 def test_a_wrong_profile_heals_within_200_steps() -> None:
     """Issue 25's target at the profile level, with step times from the Xeon staircase
     instead of a clock: started with every extra token as dear as a step, the cost rule
-    on fully repetitive traffic (every draft accepted) drafts again within 200 steps; with
-    the profile fixed it never does."""
+    on repetitive traffic (a 64-token match, the survival's prior for it) drafts again
+    within 200 steps, from probes alone; with the profile fixed it never does."""
 
     def first_draft(live: LiveCostProfile | None) -> int | None:
         rng = random.Random(1)
