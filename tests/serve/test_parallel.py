@@ -330,7 +330,8 @@ def test_no_slot_within_the_queue_timeout_gets_503(two_slots) -> None:
 def test_a_wrong_cost_profile_heals_within_200_steps(model_path, tmp_path) -> None:
     """Started with a profile where every extra token costs a whole step (drafting never
     pays), the default drafter drafts again within 200 verification steps of repetitive
-    traffic: the server's own timed steps (and probes) correct the profile."""
+    traffic: the server's own timed steps (and probes) correct the profile. Kept fixed, the
+    same profile never drafts."""
     wrong = {
         "format": "agspec-cost-profile", "version": 1, "backend": "llama.cpp",
         "model": MODEL, "device": "cpu (deliberately wrong)", "context_tokens": 512,
@@ -359,5 +360,20 @@ def test_a_wrong_cost_profile_heals_within_200_steps(model_path, tmp_path) -> No
         assert steps <= 200
         assert health["live_samples"] > 0 and health["source"] == str(path)
         assert srv.metrics()["agspec_cost_profile_live_samples"] > 0
+    finally:
+        assert srv.stop() == 0
+    # The contrast: the same profile kept fixed (--fixed-cost-profile) never drafts over
+    # 200 steps of the same traffic (the rule's ties go to the shorter length, so a
+    # profile where every token costs a step drafts nothing; no timing decides this).
+    srv = _start(["--parallel", "1", "--drafter", "agspec", "--cost-profile", str(path),
+                  "--fixed-cost-profile"])  # fmt: skip
+    try:
+        steps = drafted = 0
+        while steps <= 200:
+            a = chat(srv, ask, user="heal", max_tokens=48).model_extra["agspec"]
+            steps += a["steps"]
+            drafted += a["drafted_tokens"]
+        assert drafted == 0, f"a fixed never-pays profile drafted {drafted} tokens"
+        assert srv.get_json("/health")["cost_profile"] is None  # no live profile kept
     finally:
         assert srv.stop() == 0

@@ -368,8 +368,9 @@ class BatchLoop:
 
     def _probe(self, decoding: list[_Running]) -> tuple[_Running | None, list[int]]:
         """Filler tokens for one request of this step, when the live cost profile wants a
-        sample of a step size it lacks (`LiveCostProfile.wanted_probe`): the request's
-        own recent tokens, after its pending token and draft. Only the rows before them
+        sample of a step size it lacks (`LiveCostProfile.wanted_probe`: the whole step
+        then holds that many tokens, the others' drafts counted): the request's own
+        recent tokens, after its pending token. Only the rows before them
         are read and their KV is dropped with the rejected draft, so the output is what it
         would have been without them."""
         live = self.engine.live_cost
@@ -377,8 +378,9 @@ class BatchLoop:
             return None, []
         if any(not r.decoding for r in self.slots if r is not None):
             return None, []  # a prefill chunk joins this step: its time is no sample
-        k = live.wanted_probe(len(decoding), self.num_steps)
-        if k <= 0:
+        used = sum(1 + len(r.draft) for r in decoding)
+        k = live.wanted_probe(len(decoding), self.num_steps, used)
+        if k <= 0 or used + k > self.engine.config.n_batch:
             return None, []
         for r in decoding:
             room = self.decoder.slot_ctx_tokens - len(self.decoder.cached[r.slot]) - 1

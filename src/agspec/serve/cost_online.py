@@ -5,24 +5,35 @@ The default drafter `agspec` sizes every draft by what verifying it costs
 `--cost-profile`, would make it draft too little (or too much) for good. So `agspec serve`
 times its own decoding steps and keeps the medians per batch size and step size:
 `LiveCostProfile` answers the cost model's questions from those medians where it holds
-enough of them and from the start-up profile elsewhere (scaled to the live level), and
-the server reprices the drafter with it as samples come in.
+enough of them and from the start-up profile elsewhere (shaped by it, at the live level),
+and the server reprices the drafter with it as samples come in.
+
+The curve is a staircase, not a line. llama.cpp multiplies (repacked) weights a tile of
+`tile_tokens` token rows at a time and the rows left over one by one, so on x86 (4-row
+tiles) verifying 4 tokens costs little more than 3 and 5 a whole row more. The live curve
+is therefore measured at the step sizes where it can bend, both ends of every tile
+(`knots`: 1 … 5, 8, 9, 12, 13, 16, 17, … at one request), interpolated linearly only
+between two measured sizes of the same tile, and across a tile boundary not yet measured
+by the start-up profile's shape. It is kept monotone (a step of more tokens never reads
+cheaper) by pooling the medians that violate it (isotonic regression), not by a running
+maximum, which would lift every later size to one noisy high.
 
 A wrong profile that says drafting never pays would never see a drafted step, so the
 server also *probes*: now and then a decoding request's step carries filler tokens after
 its pending token (their logits are ignored and their KV dropped at once; the pending
-token's own logits cannot see them, so the output is unchanged), at the step sizes that
-have too few samples. The probes stop once every probed size has `min_samples`, and
-resume for a size whose samples are older than `refresh_steps` steps.
+token's own logits cannot see them, so the output is unchanged), up to the smallest knot
+not yet settled: one with fewer than `min_samples` samples within `SETTLED_SPREAD` of
+their median (a sample taken while the machine was busy is outvoted, not averaged in), or
+whose samples are older than `refresh_steps` steps.
 
 Times are keyed by (batch size B, total tokens T of the step); the cost model's
 `step_time_ms(n, B)` reads the curve of B at T = n * B (n tokens per request).
 
 >>> live = LiveCostProfile(None, min_samples=1)
->>> for t, ms in [(1, 10.0), (2, 12.0), (4, 16.0)]:
+>>> for t, ms in [(1, 10.0), (3, 14.0), (4, 15.0), (5, 22.0), (8, 25.0)]:
 ...     live.add(1, t, ms)
->>> live.step_time_ms(3, 1), live.step_cost(4, 1)
-(14.0, 1.6)
+>>> live.step_time_ms(2, 1), live.step_time_ms(4, 1), live.step_time_ms(6, 1)
+(12.0, 15.0, 23.0)
 """
 
 from __future__ import annotations
@@ -32,17 +43,47 @@ import statistics
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["LiveCostProfile", "PROBE_TOKENS", "describe_profile"]
+__all__ = ["LiveCostProfile", "SETTLED_SPREAD", "TILE_TOKENS", "describe_profile", "monotone"]
 
-# Step sizes (tokens per request) the probes measure at each live batch size: the plain
-# step and the draft lengths the cost rule weighs most (1 + draft tokens).
-PROBE_TOKENS = (1, 2, 3, 5, 9, 17)
+# Token rows llama.cpp's repacked CPU matmuls multiply at once on x86 (ggml-cpu/repack.cpp:
+# a GEMM over 4 rows, the rest by GEMV).
+TILE_TOKENS = 4
+# A knot's samples agree when within this share of their median.
+SETTLED_SPREAD = 0.25
+# Step costs `summary()` reports per batch size: tile ends and the size just past them.
+SUMMARY_TOKENS = (2, 4, 5, 8, 9, 16, 17)
+
+
+def monotone(points: list[tuple[int, float, int]]) -> list[tuple[int, float]]:
+    """The weighted least-squares monotone fit of (T, ms, weight) points sorted by T (pool
+    adjacent violators): a dip is pooled with its neighbours, a real step is kept.
+
+    >>> monotone([(1, 10.0, 1), (2, 13.0, 1), (3, 11.0, 1), (4, 20.0, 1)])
+    [(1, 10.0), (2, 12.0), (3, 12.0), (4, 20.0)]
+    """
+    blocks: list[list[float]] = []  # [sum of weight * ms, total weight, points]
+    for _, ms, w in points:
+        blocks.append([ms * w, float(w), 1.0])
+        while len(blocks) >= 2 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, wt, k = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += wt
+            blocks[-1][2] += k
+    out: list[tuple[int, float]] = []
+    i = 0
+    for s, wt, k in blocks:
+        for _ in range(int(k)):
+            out.append((points[i][0], s / wt))
+            i += 1
+    return out
 
 
 class LiveCostProfile:
     """Medians of the server's own step times per (batch size, step tokens), over a
     `prior` cost model (None: live samples only; a curve without samples at B then costs
     every step the same). Monotone in tokens: a step of more tokens never reads cheaper.
+    `max_tokens`: the most tokens one request verifies in a step (1 + the draft cap), the
+    largest size probed at one request.
 
     Not thread-safe: the decode worker adds and reads; other threads read `summary()`,
     which copies what it reads.
@@ -52,6 +93,8 @@ class LiveCostProfile:
         self,
         prior: Any,
         *,
+        max_tokens: int = 17,
+        tile_tokens: int = TILE_TOKENS,
         min_samples: int = 3,
         window: int = 31,
         refresh_steps: int = 5000,
@@ -62,7 +105,13 @@ class LiveCostProfile:
             raise ValueError(
                 f"min_samples must be >= 1 and window >= min_samples, got {min_samples}, {window}"
             )
+        if max_tokens < 1 or tile_tokens < 1:
+            raise ValueError(
+                f"max_tokens and tile_tokens must be >= 1, got {max_tokens}, {tile_tokens}"
+            )
         self.prior = prior
+        self.max_tokens = max_tokens
+        self.tile_tokens = tile_tokens
         self.min_samples = min_samples
         self.window = window
         self.refresh_steps = refresh_steps
@@ -71,6 +120,8 @@ class LiveCostProfile:
         self._samples: dict[int, dict[int, collections.deque[float]]] = {}
         self._last_step: dict[tuple[int, int], int] = {}
         self._curves: dict[int, list[tuple[int, float]]] = {}  # B -> [(T, ms)], monotone
+        self._prices: dict[int, dict[int, float]] = {}  # B -> T -> ms, read off the curve
+        self._knots: dict[int, list[int]] = {}
         self.num_samples = 0
         self.version = 0  # bumped when a curve the cost model reads changes
 
@@ -89,18 +140,60 @@ class LiveCostProfile:
         self.num_samples += 1
         if len(q) >= self.min_samples:
             self._curves.pop(batch_size, None)
+            self._prices.pop(batch_size, None)
             self.version += 1
 
-    def wanted_probe(self, batch_size: int, step: int) -> int:
-        """Tokens a probe at `batch_size` should add to one request's step (0: none is
-        needed): the smallest probed size with too few or too old samples."""
+    def knots(self, batch_size: int) -> list[int]:
+        """The step sizes (total tokens) measured at `batch_size`: where the cost model
+        reads (T = n * B, n = 1 .. max_tokens), or, for a T inside a tile, both ends of
+        that tile (the curve is linear inside a tile and jumps between tiles).
+
+        >>> LiveCostProfile(None).knots(1)
+        [1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17]
+        >>> LiveCostProfile(None, max_tokens=6).knots(2)
+        [2, 4, 5, 8, 9, 12]
+        """
+        knots = self._knots.get(batch_size)
+        if knots is None:
+            w, b = self.tile_tokens, batch_size
+            found: set[int] = set()
+            for n in range(1, self.max_tokens + 1):
+                t = n * b
+                start = (t - 1) // w * w + 1  # the tile holding T: start .. start + w - 1
+                if t <= w + 1 or t in (start, start + w - 1) or start < b:
+                    found.add(t)
+                else:
+                    found.update((start, start + w - 1))
+            knots = self._knots[batch_size] = sorted(found)
+        return knots
+
+    def _settled(self, q: collections.deque[float] | None) -> bool:
+        if q is None or len(q) < self.min_samples:
+            return False
+        mid = statistics.median(q)
+        agree = sum(1 for ms in q if abs(ms - mid) <= SETTLED_SPREAD * mid)
+        return agree >= self.min_samples or len(q) >= self.window
+
+    def wanted_probe(self, batch_size: int, step: int, step_tokens: int | None = None) -> int:
+        """Filler tokens a probe should add to a step of `batch_size` requests and
+        `step_tokens` tokens so far (default: one each) to bring it to the smallest knot
+        not yet settled (0: none is needed).
+
+        >>> live = LiveCostProfile(None, min_samples=1)
+        >>> live.add(1, 1, 10.0); live.wanted_probe(1, 0)
+        1
+        >>> for t in (2, 3, 4): live.add(1, t, 10.0 + t)
+        >>> live.wanted_probe(1, 0)
+        4
+        """
+        used = batch_size if step_tokens is None else step_tokens
         per_b = self._samples.get(batch_size, {})
-        for n in PROBE_TOKENS[1:]:
-            total = batch_size - 1 + n  # one request steps n tokens, the others one
-            q = per_b.get(total)
+        for total in self.knots(batch_size):
+            if total <= used:
+                continue
             stale = step - self._last_step.get((batch_size, total), -(10**9)) > self.refresh_steps
-            if q is None or len(q) < self.min_samples or stale:
-                return n - 1
+            if stale or not self._settled(per_b.get(total)):
+                return total - used
         return 0
 
     def _curve(self, batch_size: int) -> list[tuple[int, float]]:
@@ -108,14 +201,11 @@ class LiveCostProfile:
         if curve is None:
             per_b = self._samples.get(batch_size, {})
             points = sorted(
-                (t, statistics.median(q)) for t, q in per_b.items() if len(q) >= self.min_samples
+                (t, statistics.median(q), len(q))
+                for t, q in per_b.items()
+                if len(q) >= self.min_samples
             )
-            # Monotone in tokens (the running maximum): noise never makes more tokens cheaper.
-            curve, top = [], 0.0
-            for t, ms in points:
-                top = max(top, ms)
-                curve.append((t, top))
-            self._curves[batch_size] = curve
+            curve = self._curves[batch_size] = monotone(points)
         return curve
 
     # --- the cost model -----------------------------------------------------------------
@@ -126,17 +216,41 @@ class LiveCostProfile:
         n = max(1, round(total_tokens / batch_size))
         return float(self.prior.step_time_ms(n, batch_size))
 
+    def _between(self, total: int, a: tuple[int, float], b: tuple[int, float], bs: int) -> float:
+        """The price of T = `total` between two measured points a < T < b: linear inside
+        one tile; across a tile boundary the prior's shape (its running maximum from a,
+        so monotone), linear when there is no prior or it is flat there."""
+        (t0, m0), (t1, m1) = a, b
+        w = self.tile_tokens
+        if (t0 - 1) // w != (t1 - 1) // w and self.prior is not None:
+            p0 = self._prior_ms(t0, bs)
+            p1 = self._prior_ms(t1, bs)
+            if p0 is not None and p1 is not None and p1 > p0:
+                top = max(p0, *(self._prior_ms(t, bs) or p0 for t in range(t0 + 1, total + 1)))
+                u = min(1.0, (top - p0) / (p1 - p0))
+                return m0 + (m1 - m0) * u
+        return m0 + (m1 - m0) * (total - t0) / (t1 - t0)
+
     def step_time_ms(self, n_tokens: int, batch_size: int) -> float:
         total = n_tokens * batch_size
+        prices = self._prices.setdefault(batch_size, {})
+        ms = prices.get(total)
+        if ms is None:
+            ms = prices[total] = self._price(total, batch_size)
+        return ms
+
+    def _price(self, total: int, batch_size: int) -> float:
         curve = self._curve(batch_size)
         if not curve:
             prior = self._prior_ms(total, batch_size)
             return prior if prior is not None else 1.0
         if total <= curve[0][0]:
             return curve[0][1]
-        for (t0, m0), (t1, m1) in zip(curve, curve[1:]):
-            if total <= t1:
-                return m0 + (m1 - m0) * (total - t0) / (t1 - t0)
+        for a, b in zip(curve, curve[1:]):
+            if total == b[0]:
+                return b[1]
+            if total < b[0]:
+                return self._between(total, a, b, batch_size)
         # Past the last live point: the prior's growth from there, at the live level.
         t_last, m_last = curve[-1]
         p_last = self._prior_ms(t_last, batch_size)
@@ -158,18 +272,20 @@ class LiveCostProfile:
 
     def summary(self) -> dict[str, Any]:
         """What /health shows: the source, the live sample counts and the step costs in
-        use at each batch size seen (n = 2, 4, 8, 16 tokens per request)."""
+        use at each batch size seen (n = 2, 4, 5, 8, 9, 16, 17 tokens per request: the
+        tile ends and the sizes just past them)."""
         live = {
             str(b): {str(t): len(q) for t, q in sorted(per_b.items())}
             for b, per_b in sorted(self._samples.items())
         }
         costs = {
-            str(b): {str(n): round(self.step_cost(n, b), 3) for n in (2, 4, 8, 16)}
+            str(b): {str(n): round(self.step_cost(n, b), 3) for n in SUMMARY_TOKENS}
             for b in sorted({1, *self._samples})
         }
         return {
             "source": self.source,
             "provisional": self.provisional,
+            "tile_tokens": self.tile_tokens,
             "live_samples": self.num_samples,
             "live_samples_by_batch_size": live,
             "step_cost": costs,

@@ -102,14 +102,19 @@ def make_drafter(
     return BASELINES.get(name)(ctx)
 
 
-def start_live_cost(cost_profile_path: Path, progress: Callable[[str], None]) -> LiveCostProfile:
-    """A `LiveCostProfile` with the profile as its prior (said on `progress`)."""
+def start_live_cost(
+    cost_profile_path: Path, progress: Callable[[str], None], *, max_tokens: int = 17
+) -> LiveCostProfile:
+    """A `LiveCostProfile` with the profile as its prior (said on `progress`), probing up
+    to `max_tokens` tokens per request (1 + the draft cap)."""
     from agspec.policy.costmodel import ProfileCostModel
     from agspec.serve.cost_online import LiveCostProfile, describe_profile
 
     prior = ProfileCostModel.load(cost_profile_path)
     provisional = bool(prior.extra.get("provisional"))
-    live = LiveCostProfile(prior, source=str(cost_profile_path), provisional=provisional)
+    live = LiveCostProfile(
+        prior, max_tokens=max_tokens, source=str(cost_profile_path), provisional=provisional
+    )
     note = " (provisional: measured on a busy machine)" if provisional else ""
     progress(f"cost profile{note}: {describe_profile(prior)}; corrected online from "
              "this server's own steps")  # fmt: skip

@@ -202,7 +202,9 @@ class Engine:
         self.cost_summary: dict[str, Any] | None = None  # its last snapshot, for /health
         self._cost_version = -1
         if self.cost_profile_path is not None and cfg.live_cost:
-            self.live_cost = start_live_cost(self.cost_profile_path, progress)
+            self.live_cost = start_live_cost(
+                self.cost_profile_path, progress, max_tokens=cfg.num_draft_tokens + 1
+            )
             self._refresh_cost(force=True)
         self.resolver = SessionResolver(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions)
         self._expired: collections.deque[str] = collections.deque()
