@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,13 @@ def require_model(name: str) -> Path:
         return Path(resolve_model(name))
     except (ModelFileError, FileNotFoundError, KeyError, ValueError) as exc:
         pytest.skip(f"{name} is not available ({exc}); run `agspec models fetch {name}`")
+
+
+def smollm2_llm(n_ctx: int, n_batch: int | None = None) -> Any:
+    """SmolLM2-135M in llama.cpp, one thread, seed 0: the live tests' small model (or a
+    skip naming what is missing)."""
+    llama_cpp = require_engine("llama_cpp")
+    path = require_model("smollm2-135m-instruct")
+    kw = {} if n_batch is None else {"n_batch": n_batch}
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, n_threads_batch=1,
+                           seed=0, verbose=False, **kw)  # fmt: skip

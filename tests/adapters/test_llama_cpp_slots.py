@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from guards import require_engine, require_model
+from guards import smollm2_llm
 
 from agspec.adapters.llama_cpp_batch import SlotDecoder
 
@@ -32,12 +32,7 @@ TAIL = "\n    def area(self):\n        return"
 
 @pytest.fixture(scope="module")
 def llm():
-    llama_cpp = require_engine("llama_cpp")
-    path = require_model("smollm2-135m-instruct")
-    return llama_cpp.Llama(
-        model_path=str(path), n_ctx=1024, n_batch=256, n_threads=1, n_threads_batch=1,
-        seed=0, verbose=False,
-    )  # fmt: skip
+    return smollm2_llm(1024, 256)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guards import require_model, require_server
+from guards import require_model, require_server, smollm2_llm
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 _clients = require_server()  # skips the module with the reason when one is missing
@@ -73,8 +73,7 @@ def servers(model_path):
 
 @pytest.fixture(scope="module")
 def llm(model_path):
-    return llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=1,
-                           n_threads_batch=1, seed=0, verbose=False)  # fmt: skip
+    return smollm2_llm(2048)
 
 
 def client(srv: ServerProcess, **kw: Any) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import smollm2_llm
 
 pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
 pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
@@ -83,8 +84,7 @@ def servers(model_path):
 
 @pytest.fixture(scope="module")
 def llm(model_path):
-    return llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=1,
-                           n_threads_batch=1, seed=0, verbose=False)  # fmt: skip
+    return smollm2_llm(2048)
 
 
 def client(srv: ServerProcess, **kw: Any) -> Any:

@@ -18,20 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import require_model, require_server, smollm2_llm
 
-pytest.importorskip("fastapi", reason="agspec serve needs the serve extra (pip install .[serve])")
-pytest.importorskip("uvicorn", reason="agspec serve needs the serve extra")
-openai = pytest.importorskip("openai", reason="the serve tests drive the server with `openai`")
-try:
-    import httpx
-except ImportError:
-    httpx = pytest.importorskip("httpx2", reason="the openai client brings httpx")
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+_clients = require_server()  # skips the module with the reason when one is missing
+openai, httpx = _clients.openai, _clients.httpx
 
 from serve_oracle import same_or_near_tie as _same_or_near_tie  # noqa: E402
 
 from agspec.adapters.llama_cpp_batch import common_prefix_length as cpl  # noqa: E402
-from agspec.models import ModelFileError, resolve_model  # noqa: E402
 from agspec.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -46,16 +41,12 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    try:
-        return Path(resolve_model(MODEL))
-    except (ModelFileError, FileNotFoundError, KeyError) as exc:
-        pytest.skip(f"SmolLM2 GGUF not available ({exc}); agspec models fetch {MODEL}")
+    return require_model(MODEL)
 
 
 @pytest.fixture(scope="module")
 def llm(model_path):
-    return llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=1,
-                           n_threads_batch=1, seed=0, verbose=False)  # fmt: skip
+    return smollm2_llm(2048)
 
 
 def _start(args: list[str]) -> ServerProcess:
