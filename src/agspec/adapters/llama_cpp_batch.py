@@ -58,7 +58,7 @@ class SavedKV:
         return f"SavedKV({len(self.tokens)} tokens, {self.nbytes} bytes)"
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int] | np.ndarray, b: Sequence[int] | np.ndarray) -> int:
     """How many leading tokens `a` and `b` share.
 
     >>> common_prefix_length([1, 2, 3], [1, 2, 4, 5])

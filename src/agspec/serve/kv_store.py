@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from agspec.adapters.llama_cpp_batch import common_prefix_length
 
 __all__ = ["KVStore"]
@@ -37,6 +39,8 @@ class KVStore:
             raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
         self.budget_bytes = budget_bytes
         self._entries: OrderedDict[int, Any] = OrderedDict()
+        # Each entry's tokens as an array, made once: `best` runs at every admission.
+        self._arrays: dict[int, np.ndarray] = {}
         self._next_key = 0
         self.nbytes = 0
 
@@ -47,8 +51,9 @@ class KVStore:
         """(key, tokens in common) of the entry sharing the longest prefix with `prompt`;
         (-1, 0) when none shares a token."""
         key, most = -1, 0
-        for k, e in self._entries.items():
-            n = common_prefix_length(e.tokens, prompt)
+        want = np.asarray(prompt, dtype=np.int64)
+        for k, arr in self._arrays.items():
+            n = common_prefix_length(arr, want)
             if n > most:
                 key, most = k, n
         return key, most
@@ -64,6 +69,7 @@ class KVStore:
     def take(self, key: int) -> Any:
         """The entry `key`, removed from the store."""
         e = self._entries.pop(key)
+        del self._arrays[key]
         self.nbytes -= e.nbytes
         return e
 
@@ -83,6 +89,7 @@ class KVStore:
         while self._entries and self.nbytes + entry.nbytes > self.budget_bytes:
             self.take(next(iter(self._entries)))
         self._entries[self._next_key] = entry
+        self._arrays[self._next_key] = np.asarray(entry.tokens, dtype=np.int64)
         self._next_key += 1
         self.nbytes += entry.nbytes
         return True
