@@ -5,7 +5,8 @@ messages as recorded, greedy, no session ids) against each server at each concur
 with the same GGUF and thread count:
 
 - `agspec serve` (the default drafter) and `agspec serve --drafter none`, `--parallel` =
-  the concurrency;
+  the concurrency, and at a concurrency above 1 also the default with `--parallel 1` (the
+  same clients on one slot: what batching itself gains);
 - `llama-server -np <concurrency>` with `--spec-type` none, ngram-mod, ngram-map-k and
   ngram-cache (built by scripts/install_llama_server.sh).
 
@@ -178,10 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     reference: list[str] | None = None
     for conc in args.concurrency:
         servers: list[tuple[str, Any]] = []
-        for drafter in ("none", "agspec"):
-            servers.append((f"agspec serve --drafter {drafter}", lambda d=drafter, c=conc:
+        agspec_rows = [("none", conc), ("agspec", conc)]
+        if conc > 1:  # the same clients on one slot: what batching itself gains
+            agspec_rows.append(("agspec", 1))
+        for drafter, par in agspec_rows:
+            name = f"agspec serve --drafter {drafter}" + (" --parallel 1" if par != conc else "")
+            servers.append((name, lambda d=drafter, p=par:
                             ServerProcess(["--model", args.model, "--threads", str(args.threads),
-                                           "--n-ctx", str(args.n_ctx), "--parallel", str(c),
+                                           "--n-ctx", str(args.n_ctx), "--parallel", str(p),
                                            "--drafter", d]).start()))  # fmt: skip
         for st in args.spec_types:
             servers.append(

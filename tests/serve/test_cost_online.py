@@ -52,25 +52,48 @@ def wrong_prior() -> ProfileCostModel:
     )  # fmt: skip
 
 
-def feed(live: LiveCostProfile, cost: Callable[[int], float], steps: int, seed: int = 0) -> None:
-    """`steps` decoding steps at batch size 1 as the server times them when nothing is
-    drafted: a probe every 4th step while one is wanted, else a plain step; every time off
-    by up to 3%, and one in ten taken while the machine was busy (2.5x)."""
+def feed(
+    live: LiveCostProfile,
+    cost: Callable[[int], float],
+    steps: int,
+    seed: int = 0,
+    *,
+    draft_p: float | None = None,
+) -> int:
+    """`steps` decoding steps at batch size 1 as the server times them: a probe every 4th
+    step while one is wanted, else a plain step, which with `draft_p` carries the draft the
+    cost rule sizes at the live prices (repriced every 16 steps, as the engine does) for
+    a geometric acceptance curve p**k, except at the third of them that find no match
+    (None: nothing is drafted); every time off by up to
+    3%, and one in ten taken while the machine was busy (2.5x). Returns the largest step."""
     rng = random.Random(seed)
+    curve = [draft_p**k for k in range(1, 33)] if draft_p is not None else None
+    draft = largest = 0
     for step in range(1, steps + 1):
-        n = 1 + (live.wanted_probe(1, step) if step % 4 == 0 else 0)
+        if curve is not None and step % 16 == 1:
+            draft = best_lengths(curve, [live.step_cost(n, 1) for n in range(1, 34)], 32)[32]
+        probe = live.wanted_probe(1, step, 1) if step % 4 == 0 else 0
+        # A third of the plain steps find no match and draft nothing.
+        n = 1 + (probe or (draft if rng.random() >= 1 / 3 else 0))
         ms = STEP_MS * cost(n) * rng.uniform(0.97, 1.03)
         if rng.random() < 0.1:
             ms *= 2.5
-        live.add(1, n, ms, step=step)
+        live.add(1, n, ms, step=step, probe=probe > 0)
+        largest = max(largest, n)
+    return largest
 
 
 @pytest.mark.parametrize("cost", [xeon, smooth], ids=["xeon-staircase", "smooth"])
 @pytest.mark.parametrize("prior", [None, "wrong"], ids=["no-prior", "wrong-prior"])
 def test_live_prices_match_the_true_curve(cost, prior) -> None:
+    """Wherever the rule drafts or probes (up to one tile past its longest draft), the
+    live prices are the true ones within 4%; with a wrong prior the rule climbs there
+    from one-token steps, a tile at a time."""
     live = LiveCostProfile(wrong_prior() if prior else None, max_tokens=MAX_TOKENS)
-    feed(live, cost, 2000)
-    for n in range(1, 33):
+    largest = feed(live, cost, 2000, draft_p=0.99)
+    assert largest >= 13  # the true curves' best lengths for p = 0.99 lie past 12
+    reach = live.frontier(1) + live.tile_tokens + 1
+    for n in range(1, min(reach, MAX_TOKENS) + 1):
         got, want = live.step_cost(n, 1), cost(n)
         assert abs(got - want) <= 0.04 * want, f"n={n}: live {got:.3f}, true {want:.3f}"
     assert live.step_cost(1, 1) == 1.0
@@ -83,7 +106,7 @@ def test_tile_ends_are_probed_and_kept() -> None:
     line to the next probe: 4 tokens cost less than halfway from 3 to 5."""
     live = LiveCostProfile(None, max_tokens=17)
     assert live.knots(1) == [1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17]
-    feed(live, xeon, 600)
+    feed(live, xeon, 600, draft_p=0.99)
     counts = live.summary()["live_samples_by_batch_size"]["1"]
     for t in live.knots(1):
         assert counts.get(str(t), 0) >= live.min_samples, (t, counts)
@@ -92,19 +115,21 @@ def test_tile_ends_are_probed_and_kept() -> None:
 
 
 def test_draft_lengths_are_the_true_profiles() -> None:
-    """The cost rule fed the live profile drafts the lengths it drafts with the true costs
-    (geometric acceptance curves p = 0.50 .. 0.99 and the survival prior of each match
-    bucket, every limit 0 .. 32): at most 10% of the answers differ, each only at a
-    near-tie (the two lengths worth the same within 2% at the true costs)."""
+    """The cost rule fed the live profile drafts the lengths it drafts with the true costs,
+    or lengths worth as much (geometric acceptance curves p = 0.50 .. 0.99 and the survival
+    prior of each match bucket, every limit 0 .. 32): where the two differ, the live
+    profile's length is worth within 3% of the true costs' best (live prices are medians of
+    samples off by up to 3%), and over all answers it loses under 0.5% on average."""
     live = LiveCostProfile(wrong_prior(), max_tokens=MAX_TOKENS)
-    feed(live, xeon, 2000)
+    feed(live, xeon, 2000, draft_p=0.99)
     true = [xeon(n) for n in range(1, 34)]
     got = [live.step_cost(n, 1) for n in range(1, 34)]
 
     def value(curve: list[float], length: int) -> float:
         return (1 + sum(curve[:length])) / true[length]
 
-    same = differ = 0
+    answers = 0
+    loss = 0.0
     # Geometric acceptance curves and the survival prior of every match bucket, each
     # through the cost rule (DraftLengthPolicy's tables, every retrieved length 0 .. 32).
     survival = MatchSurvival(max_tokens=32, prior_weight=1.0)
@@ -115,12 +140,13 @@ def test_draft_lengths_are_the_true_profiles() -> None:
         a, b = best_lengths(curve, true, 32), best_lengths(curve, got, 32)
         tables.append(a)
         for limit, (x, y) in enumerate(zip(a, b)):
-            if x != y:  # a near-tie at the live prices' accuracy (2%)
+            answers += 1
+            if x != y:  # a near-tie at the live prices' accuracy
                 why = f"limit {limit}: {x} with the true costs, {y} with the live profile"
-                assert abs(value(curve, x) - value(curve, y)) <= 0.02 * value(curve, x), why
-                differ += 1
-            same += x == y
-    assert differ <= 0.1 * (same + differ), (differ, same)
+                lost = (value(curve, x) - value(curve, y)) / value(curve, x)
+                assert lost <= 0.03, why
+                loss += lost
+    assert loss / answers < 0.005, loss / answers
     for m in (1, 16, 128):  # the policy's own tables are best_lengths of its curves
         pol = DraftLengthPolicy("cost", step_costs=got, survival=survival)
         assert pol.cost_table("coder", m) == best_lengths(survival.curve("coder", m, 32), got, 32)
@@ -188,3 +214,24 @@ def test_batch_knots_cover_the_read_sizes() -> None:
     assert live.knots(3) == [3, 5, 8, 9, 12, 13, 16]
     assert live.wanted_probe(3, 0) == 2  # 3 tokens -> 5
     assert live.wanted_probe(3, 0, step_tokens=6) == 2  # 6 -> 8
+
+
+def test_probes_stay_within_a_tile_of_what_runs() -> None:
+    """Four requests that never draft (a CPU where drafting does not pay): a probe tops a
+    4-token step up to at most one tile past it, never to the 68 tokens of 17 per request
+    (which costs several steps); the tile past it is measured. Against a frontier moved
+    by a 16-token step, the probes reach the next tile after that."""
+    live = LiveCostProfile(None, max_tokens=17)
+    assert live.knots(4)[-1] == 68
+    rng = random.Random(0)
+    probed = []
+    for step in range(1, 1001):
+        k = live.wanted_probe(4, step) if step % 4 == 0 else 0
+        total = 4 + k
+        live.add(4, total, STEP_MS * xeon(total) * rng.uniform(0.97, 1.03), step=step,
+                 probe=k > 0)  # fmt: skip
+        probed += [total] if k else []
+    assert probed and max(probed) <= 9, sorted(set(probed))
+    assert live.wanted_probe(4, 1001) == 0  # 8 is settled; 12 lies past the reach
+    live.add(4, 16, STEP_MS * xeon(16), step=1001)
+    assert live.wanted_probe(4, 1002) == 12 - 4  # the next knots: 12, then 16's tile, 20

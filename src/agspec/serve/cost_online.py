@@ -3,7 +3,7 @@
 The default drafter `agspec` sizes every draft by what verifying it costs
 (`docs/costmodel.md`). A profile measured while the machine was busy, or a wrong
 `--cost-profile`, would make it draft too little (or too much) for good. So `agspec serve`
-times its own decoding steps and keeps the medians per batch size and step size:
+times its own decoding steps and keeps, per batch size and step size, the median of its quiet samples:
 `LiveCostProfile` answers the cost model's questions from those medians where it holds
 enough of them and from the start-up profile elsewhere (shaped by it, at the live level),
 and the server reprices the drafter with it as samples come in.
@@ -23,8 +23,15 @@ server also *probes*: now and then a decoding request's step carries filler toke
 its pending token (their logits are ignored and their KV dropped at once; the pending
 token's own logits cannot see them, so the output is unchanged), up to the smallest knot
 not yet settled: one with fewer than `min_samples` samples within `SETTLED_SPREAD` of
-their median (a sample taken while the machine was busy is outvoted, not averaged in), or
-whose samples are older than `refresh_steps` steps.
+its fastest sample (`quiet_group`: a busy machine only makes steps slower, so samples
+taken while it was busy are left out, even when they are the majority), or whose samples
+are older than `refresh_steps` steps. A probe reaches no further than one
+tile past the largest step the server ran without a probe among its last
+`FRONTIER_STEPS` at that batch size (`frontier`): it measures the next sizes the cost rule
+could move to, not sizes far beyond anything it drafts, which at several requests cost
+several steps each (at four requests a 68-token probe costs about three). A curve that
+turns out cheaper there lets the rule draft longer, real steps reach the new sizes and the
+frontier moves up a tile at a time.
 
 Times are keyed by (batch size B, total tokens T of the step); the cost model's
 `step_time_ms(n, B)` reads the curve of B at T = n * B (n tokens per request).
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import collections
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["LiveCostProfile", "SETTLED_SPREAD", "TILE_TOKENS", "describe_profile", "monotone"]
@@ -48,9 +55,11 @@ __all__ = ["LiveCostProfile", "SETTLED_SPREAD", "TILE_TOKENS", "describe_profile
 # Token rows llama.cpp's repacked CPU matmuls multiply at once on x86 (ggml-cpu/repack.cpp:
 # a GEMM over 4 rows, the rest by GEMV).
 TILE_TOKENS = 4
-# A knot's samples agree when within this share of their median.
+# A knot's samples agree when within this share above its fastest sample.
 SETTLED_SPREAD = 0.25
 # Step costs `summary()` reports per batch size: tile ends and the size just past them.
+# Unprobed steps per batch size whose largest size is the probes' frontier.
+FRONTIER_STEPS = 256
 SUMMARY_TOKENS = (2, 4, 5, 8, 9, 16, 17)
 
 
@@ -76,6 +85,21 @@ def monotone(points: list[tuple[int, float, int]]) -> list[tuple[int, float]]:
             out.append((points[i][0], s / wt))
             i += 1
     return out
+
+
+def quiet_group(samples: Iterable[float]) -> list[float]:
+    """The samples within `SETTLED_SPREAD` of the fastest one: what a step takes on the
+    quiet machine. A busy machine only makes a step slower, so when busy samples are the
+    majority their median would be the busy time; the fastest group is not moved by them.
+
+    >>> quiet_group([16.7, 6.8, 6.9, 16.7, 17.3])
+    [6.8, 6.9]
+    """
+    ordered = sorted(samples)
+    if not ordered:
+        return []
+    top = ordered[0] * (1.0 + SETTLED_SPREAD)
+    return [ms for ms in ordered if ms <= top]
 
 
 class LiveCostProfile:
@@ -122,15 +146,25 @@ class LiveCostProfile:
         self._curves: dict[int, list[tuple[int, float]]] = {}  # B -> [(T, ms)], monotone
         self._prices: dict[int, dict[int, float]] = {}  # B -> T -> ms, read off the curve
         self._knots: dict[int, list[int]] = {}
+        # B -> total tokens of the last FRONTIER_STEPS steps run without a probe.
+        self._unprobed: dict[int, collections.deque[int]] = {}
         self.num_samples = 0
         self.version = 0  # bumped when a curve the cost model reads changes
 
     # --- samples --------------------------------------------------------------------------
 
-    def add(self, batch_size: int, total_tokens: int, ms: float, *, step: int = 0) -> None:
-        """One timed step: `batch_size` requests, `total_tokens` evaluated, `ms` wall."""
+    def add(
+        self, batch_size: int, total_tokens: int, ms: float, *, step: int = 0, probe: bool = False
+    ) -> None:
+        """One timed step: `batch_size` requests, `total_tokens` evaluated, `ms` wall;
+        `probe`: the step carried a probe's filler (its size does not move the frontier)."""
         if batch_size < 1 or total_tokens < batch_size or not ms > 0:
             return
+        if not probe:
+            recent = self._unprobed.get(batch_size)
+            if recent is None:
+                recent = self._unprobed[batch_size] = collections.deque(maxlen=FRONTIER_STEPS)
+            recent.append(total_tokens)
         per_b = self._samples.setdefault(batch_size, {})
         q = per_b.get(total_tokens)
         if q is None:
@@ -170,27 +204,42 @@ class LiveCostProfile:
     def _settled(self, q: collections.deque[float] | None) -> bool:
         if q is None or len(q) < self.min_samples:
             return False
-        mid = statistics.median(q)
-        agree = sum(1 for ms in q if abs(ms - mid) <= SETTLED_SPREAD * mid)
-        return agree >= self.min_samples or len(q) >= self.window
+        return len(q) >= self.window or len(quiet_group(q)) >= self.min_samples
+
+    def frontier(self, batch_size: int) -> int:
+        """The largest step (total tokens) of the last `FRONTIER_STEPS` steps at
+        `batch_size` run without a probe (`batch_size` before any).
+
+        >>> live = LiveCostProfile(None)
+        >>> live.add(2, 2, 10.0); live.add(2, 7, 14.0); live.add(2, 30, 40.0, probe=True)
+        >>> live.frontier(2), live.frontier(3)
+        (7, 3)
+        """
+        recent = self._unprobed.get(batch_size)
+        return max(recent) if recent else batch_size
 
     def wanted_probe(self, batch_size: int, step: int, step_tokens: int | None = None) -> int:
         """Filler tokens a probe should add to a step of `batch_size` requests and
         `step_tokens` tokens so far (default: one each) to bring it to the smallest knot
-        not yet settled (0: none is needed).
+        not yet settled (0: none is needed), no further than one tile past the frontier.
 
         >>> live = LiveCostProfile(None, min_samples=1)
         >>> live.add(1, 1, 10.0); live.wanted_probe(1, 0)
         1
-        >>> for t in (2, 3, 4): live.add(1, t, 10.0 + t)
-        >>> live.wanted_probe(1, 0)
-        4
+        >>> for t in (2, 3, 4, 5): live.add(1, t, 10.0 + t, probe=True)
+        >>> live.wanted_probe(1, 0)  # 8 is past the frontier (1) and a tile
+        0
+        >>> live.add(1, 5, 15.0); live.wanted_probe(1, 0)  # a 5-token step ran
+        7
         """
         used = batch_size if step_tokens is None else step_tokens
         per_b = self._samples.get(batch_size, {})
+        reach = self.frontier(batch_size) + self.tile_tokens + 1
         for total in self.knots(batch_size):
             if total <= used:
                 continue
+            if total > reach:
+                return 0
             stale = step - self._last_step.get((batch_size, total), -(10**9)) > self.refresh_steps
             if stale or not self._settled(per_b.get(total)):
                 return total - used
@@ -201,9 +250,9 @@ class LiveCostProfile:
         if curve is None:
             per_b = self._samples.get(batch_size, {})
             points = sorted(
-                (t, statistics.median(q), len(q))
+                (t, statistics.median(g), len(g))
                 for t, q in per_b.items()
-                if len(q) >= self.min_samples
+                if len(q) >= self.min_samples and (g := quiet_group(q))
             )
             curve = self._curves[batch_size] = monotone(points)
         return curve

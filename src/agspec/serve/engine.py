@@ -253,14 +253,16 @@ class Engine:
                 names |= {spec.name, *spec.aliases}
         return names
 
-    def _observe_step(self, batch_size: int, total_tokens: int, ms: float) -> None:
-        """A timed decoding step (worker thread): a live cost sample; every 16 steps the
-        drafter is repriced if the live curve moved."""
+    def _observe_step(
+        self, batch_size: int, total_tokens: int, ms: float, *, probe: bool = False
+    ) -> None:
+        """A timed decoding step (worker thread; `probe`: it carried a probe's filler): a
+        live cost sample; every 16 steps the drafter is repriced if the live curve moved."""
         live = self.live_cost
         if live is None:
             return
         step = self.loop.num_steps
-        live.add(batch_size, total_tokens, ms, step=step)
+        live.add(batch_size, total_tokens, ms, step=step, probe=probe)
         if step % 16 == 0:
             self._refresh_cost()
 
