@@ -12,7 +12,8 @@ with the same GGUF and thread count:
 
 Reports per server and concurrency: end-to-end completion tokens/s over the run (what
 an agent waits for), the prompt tokens each server evaluated (the rest came from KV it
-held), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
+held), the time a call spends outside decoding (prefill, set-up, HTTP, waiting for a
+slot), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
 llama-server: its `timings.predicted_ms`), and how many answers equal plain decoding's
 (`agspec serve --drafter none` at concurrency 1). One run; ratios are side by side.
 
@@ -137,6 +138,9 @@ def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]
         # Prompt tokens the server evaluated (the rest came from KV it held).
         "prefilled_tokens": sum(o["prefilled"] for o in out),
         "prompt_tokens": sum(o["prompt_tokens"] for o in out),
+        # What a call waits for besides decoding (prefill, drafter set-up, HTTP, queueing).
+        "outside_decode_s_per_call": sum(o["wall_s"] - o["decode_ms"] / 1000.0 for o in out)
+        / len(out),
         "decode_tokens_per_s_by_role": {
             k: (v[0] / v[1] if v[1] else None) for k, v in sorted(by_role.items())
         },
@@ -214,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"c={conc} {name:34s} {row['completion_tokens_per_s']:7.2f} tok/s end-to-end"
                   f"  equal {equal}/{len(calls)}  prefilled {row['prefilled_tokens']}"
-                  f"/{row['prompt_tokens']}  decode by role: {roles}", flush=True)  # fmt: skip
+                  f"/{row['prompt_tokens']}  outside decode {row['outside_decode_s_per_call']:.2f}"
+                  f" s/call  decode by role: {roles}", flush=True)  # fmt: skip
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")

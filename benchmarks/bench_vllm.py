@@ -2,7 +2,8 @@
 
 1. live: completion tokens/s of Qwen2.5-Coder-0.5B-Instruct (bf16, an HF folder exported
    from the pinned GGUF) on agent calls of the bundled default traces (each call's
-   recorded messages, the model's chat template, greedy), at concurrency 1 and 8, with no
+   recorded messages, the model's chat template, greedy), at concurrency 1 and 8 (and 32
+   with `--c32`), with no
    speculation, vLLM's `ngram`, vLLM's `suffix` (arctic-inference) and AgSpec. Every
    method's outputs are compared with no speculation's, token for token.
 2. proposer: CPU time per request-step of AgSpec's vLLM proposer and of vLLM's own
@@ -87,9 +88,13 @@ def method_config(
     return speculative_config(k, **options)
 
 
-def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int) -> Any:
+def pick_live_calls(
+    tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int, c32: bool = False
+) -> Any:
     """Concurrency 1: every call of the first `sessions_c1` sessions, in order.
-    Concurrency 8: rounds of 8 calls (call j of 8 other sessions), in order of j."""
+    Concurrency 8: rounds of 8 calls (call j of 8 other sessions), in order of j.
+    Concurrency 32 (`c32`): one batch of 32 calls, calls 1, 2, ... of every session after
+    the first `sessions_c1`, in order of the call index (an empty list without `c32`)."""
     from agspec.traces import read_sessions
 
     sessions = list(read_sessions(vllm_common.DEFAULT_TRACES))
@@ -107,7 +112,16 @@ def pick_live_calls(tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt
     for j in rounds_c8:
         batch = [p for s in pool if j < len(s.calls) and (p := prompt(s, s.calls[j]))]
         c8.append(batch)
-    return c1, c8
+    c32: list[list[dict[str, Any]]] = []
+    if c32:
+        rest = sessions[sessions_c1:]
+        depth = max(len(s.calls) for s in rest)
+        picked = [p for j in range(1, depth) for s in rest
+                  if j < len(s.calls) and (p := prompt(s, s.calls[j]))]  # fmt: skip
+        if len(picked) < 32:
+            raise SystemExit(f"--c32: only {len(picked)} calls fit --max-prompt-tokens")
+        c32.append(picked[:32])
+    return c1, c8, c32
 
 
 def _engine_process(conn: Any, folder: str, spec: dict | None, max_new_tokens: int) -> None:
@@ -169,7 +183,9 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
 
     folder = vllm_common.model_folder(args.model)
     tok = AutoTokenizer.from_pretrained(str(folder))
-    c1, c8 = pick_live_calls(tok, args.sessions_c1, args.rounds_c8, args.max_prompt_tokens)
+    c1, c8, c32 = pick_live_calls(
+        tok, args.sessions_c1, args.rounds_c8, args.max_prompt_tokens, args.c32
+    )
     print(
         f"live: {len(c1)} calls at concurrency 1, {sum(map(len, c8))} in {len(c8)} rounds "
         f"of 8; prompts {min(len(p['ids']) for p in c1)}-{max(len(p['ids']) for p in c1)} "
@@ -180,7 +196,7 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
     results: list[dict[str, Any]] = []
     outputs: list[dict[str, dict[str, list[list[int]]]]] = []
     for methods in groups:
-        res, outs = _run_group(args, folder, global_corpus, methods, c1, c8)
+        res, outs = _run_group(args, folder, global_corpus, methods, c1, c8, c32)
         results.append(res)
         outputs.append(outs)
     # Every method's outputs against no speculation's (greedy: the same calls give the same
@@ -190,7 +206,7 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
         for method, row in res.items():
             if reference is None or method == "none":
                 continue
-            for conc in ("c1", "c8"):
+            for conc in concs(row):
                 row[conc]["differs_from_none"] = [
                     i for i, (a, b) in enumerate(zip(reference[conc], outs[method][conc])) if a != b
                 ]
@@ -204,6 +220,7 @@ def _run_group(
     methods: list[str],
     c1: list[dict[str, Any]],
     c8: list[list[dict[str, Any]]],
+    c32: list[list[dict[str, Any]]],
 ) -> tuple[dict[str, Any], dict[str, dict[str, list[list[int]]]]]:
     """One group of methods, interleaved (every engine of the group alive at once)."""
     import multiprocessing as mp
@@ -224,7 +241,8 @@ def _run_group(
             results[method] = {"load_s": ready["load_s"], "load_avg_ready": load_avg()}
             print(f"{method}: engine ready in {ready['load_s']:.1f} s", file=sys.stderr)
         outs_all: dict[str, dict[str, list[list[int]]]] = {m: {} for m in methods}
-        for conc, batches in (("c1", [[p] for p in c1]), ("c8", c8)):
+        levels = [("c1", [[p] for p in c1]), ("c8", c8)] + ([("c32", c32)] if c32 else [])
+        for conc, batches in levels:
             acc = {
                 m: {"tokens": 0, "requests": 0, "s": 0.0, "drafts": 0, "draft_tokens": 0,
                     "accepted": 0}
@@ -274,14 +292,15 @@ def _run_group(
                 proc.kill()
     for method in methods:
         row = results[method]
-        row["num_accepted_tokens"] = sum(row[c]["accepted"] for c in ("c1", "c8"))
-        row["num_draft_tokens"] = sum(row[c]["draft_tokens"] for c in ("c1", "c8"))
+        row["num_accepted_tokens"] = sum(row[c]["accepted"] for c in concs(row))
+        row["num_draft_tokens"] = sum(row[c]["draft_tokens"] for c in concs(row))
+        speeds = "  ".join(f"{c} {row[c]['tok_s']:6.2f} tok/s" for c in concs(row))
         print(
-            f"{method:16s} c1 {row['c1']['tok_s']:6.2f} tok/s  c8 {row['c8']['tok_s']:6.2f} "
-            f"tok/s  accepted {row['num_accepted_tokens']} of {row['num_draft_tokens']}",
+            f"{method:16s} {speeds}  accepted {row['num_accepted_tokens']} of "
+            f"{row['num_draft_tokens']}",
             file=sys.stderr,
         )
-        for conc in ("c1", "c8"):
+        for conc in concs(row):
             r = row[conc]
             print(
                 f"  {conc}: {r['tokens_per_step']:.2f} tokens/step, "
@@ -291,6 +310,11 @@ def _run_group(
                 file=sys.stderr,
             )
     return results, outs_all
+
+
+def concs(row: dict[str, Any]) -> list[str]:
+    """The concurrency levels a method's row holds, in order ("c1", "c8", "c32")."""
+    return [c for c in ("c1", "c8", "c32") if c in row]
 
 
 def spec_counters(llm: Any) -> dict[str, int]:
@@ -515,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
     ap.add_argument("--sessions-c1", type=int, default=1)
     ap.add_argument("--rounds-c8", default="2,3,4", help="call indexes run 8 at a time")
+    ap.add_argument("--c32", action="store_true", help="also one batch of 32 calls at once")
     ap.add_argument("--proposer-steps", type=int, default=3840)
     ap.add_argument(
         "--cost-profile",
@@ -544,17 +569,19 @@ def main(argv: list[str] | None = None) -> int:
     report["load_avg_end"] = load_avg()
     if "live" in report:
         print(
-            "\n| group | method | c1 tok/s | c8 tok/s | c1 / c8 tokens per step | c1 / c8 "
-            "verified per step | accepted / drafted | outputs != none | load avg c1 / c8 |"
+            "\n| group | method | c1 tok/s | c8 tok/s | c32 tok/s | c1 / c8 tokens per step | "
+            "c1 / c8 verified per step | accepted / drafted | outputs != none | "
+            "load avg c1 / c8 |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for g, group in enumerate(report["live"]["groups"], start=1):
             for m, r in group.items():
                 a, b = r["c1"], r["c8"]
-                diff = sum(len(r[c].get("differs_from_none", [])) for c in ("c1", "c8"))
+                diff = sum(len(r[c].get("differs_from_none", [])) for c in concs(r))
                 la, lb = a["load_avg_1min"], b["load_avg_1min"]
+                c32 = f"{r['c32']['tok_s']:.2f}" if "c32" in r else "-"
                 print(
-                    f"| {g} | {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | "
+                    f"| {g} | {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | {c32} | "
                     f"{a['tokens_per_step']:.2f} / {b['tokens_per_step']:.2f} | "
                     f"{a['verified_per_step']:.2f} / {b['verified_per_step']:.2f} | "
                     f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} | "
