@@ -113,25 +113,33 @@ def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]
         if "agspec" in j:
             decode_ms = j["agspec"]["decode_ms"]
             prefilled = j["usage"]["prompt_tokens"] - j["agspec"]["reused_prompt_tokens"]
+            spec = (j.get("metrics") or {}).get("speculative_decoding") or {}
+            drafted = spec.get("num_draft_tokens", 0)
+            accepted = spec.get("num_accepted_draft_tokens", 0)
         else:
             timings = j.get("timings") or {}
             decode_ms = timings.get("predicted_ms", 0.0)
             prefilled = timings.get("prompt_n", 0)
+            drafted = timings.get("draft_n", 0)
+            accepted = timings.get("draft_n_accepted", 0)
         with lock:
             out[i] = {"role": role, "text": j["choices"][0]["message"]["content"],
                       "tokens": n, "wall_s": wall, "decode_ms": decode_ms,
                       "prompt_tokens": j["usage"]["prompt_tokens"],
-                      "prefilled": prefilled}  # fmt: skip
+                      "prefilled": prefilled, "drafted": drafted,
+                      "accepted": accepted}  # fmt: skip
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, range(len(calls))))
     elapsed = time.monotonic() - t0
     total = sum(o["tokens"] for o in out)
-    by_role: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    by_role: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0])
     for o in out:
         by_role[o["role"]][0] += o["tokens"]
         by_role[o["role"]][1] += o["decode_ms"] / 1000.0
+        by_role[o["role"]][2] += o["drafted"]
+        by_role[o["role"]][3] += o["accepted"]
     return {
         "completion_tokens_per_s": total / elapsed,
         "elapsed_s": elapsed,
@@ -144,6 +152,9 @@ def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]
         "decode_tokens_per_s_by_role": {
             k: (v[0] / v[1] if v[1] else None) for k, v in sorted(by_role.items())
         },
+        # Draft tokens proposed and accepted (agspec: vLLM's per-request metrics;
+        # llama-server: timings.draft_n / draft_n_accepted).
+        "drafted_accepted_by_role": {k: [v[2], v[3]] for k, v in sorted(by_role.items())},
         "texts": [o["text"] for o in out],
     }
 
@@ -214,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                    "calls": len(calls), **res}  # fmt: skip
             rows.append(row)
             roles = " ".join(
-                f"{k} {v:.1f}" for k, v in row["decode_tokens_per_s_by_role"].items() if v
+                f"{k} {v:.1f} ({row['drafted_accepted_by_role'][k][1]}"
+                f"/{row['drafted_accepted_by_role'][k][0]} accepted)"
+                for k, v in row["decode_tokens_per_s_by_role"].items()
+                if v
             )
             print(f"c={conc} {name:34s} {row['completion_tokens_per_s']:7.2f} tok/s end-to-end"
                   f"  equal {equal}/{len(calls)}  prefilled {row['prefilled_tokens']}"

@@ -223,7 +223,7 @@ class AgSpecServer:
         top = max(cfg.cost_max_draft_tokens, cfg.cost_free_draft_tokens)
         raw = [cost_model.step_cost(n, batch_size) for n in range(1, top + 2)]
         # Every length up to it, not only the last: a profile extrapolated past its
-        # measured lengths can fall to nothing (a CPU's, whose last segment falls).
+        # measured lengths grows only by its mean slope, which can be far below a step.
         if max(raw) > raw[0] * (1.0 + FREE_COST_TOLERANCE):
             del raw[cfg.cost_max_draft_tokens + 1 :]
         return raw
