@@ -7,9 +7,12 @@ over every n (a slow spell spreads over all n), medians, each relative to n = 1.
 If the two curves agree, the shape of the cost profile (`agspec costmodel measure`) is
 llama.cpp's, not our measurement's: on x86 its repacked Q4_K weights are multiplied four
 rows at a time (a GEMM tile) and the remaining one to three rows one by one (GEMV), so
-n = 5 costs a tile plus one more row.
+n = 5 costs a tile plus one more row. A third curve, the `llama_cpp` module with the last
+row's logits only (what a prefill chunk asks for), tells what the output layer (the
+vocabulary's logits) adds per verified row.
 
     python benchmarks/bench_step_cost.py --threads 2 --rounds 7
+    python benchmarks/bench_step_cost.py --ns 1 2 4 8 16 17 32 33 48 64 65
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ NS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32)
 CONTEXT = 512
 
 
-def module_curve(gguf: str, threads: int, rounds: int) -> dict[int, float]:
+def module_curve(
+    gguf: str, threads: int, rounds: int, ns: tuple[int, ...], *, all_logits: bool = True
+) -> dict[int, float]:
+    """Median ms of one `llama_decode` of n tokens after the context, with every row's
+    logits (a verification step) or, `all_logits=False`, the last row's only (prefill)."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=gguf, n_ctx=CONTEXT + 2 * max(NS), n_batch=512,
+    llm = llama_cpp.Llama(model_path=gguf, n_ctx=CONTEXT + 2 * max(ns), n_batch=512,
                           n_threads=threads, n_threads_batch=threads, verbose=False)  # fmt: skip
     ctx, mem = llm._ctx.ctx, llama_cpp.llama_get_memory(llm._ctx.ctx)
     seed = llm.tokenize(b"def step(state, action):\n    return state + action  # noqa\n")
@@ -49,11 +56,11 @@ def module_curve(gguf: str, threads: int, rounds: int) -> dict[int, float]:
 
     try:
         decode(context, 0, all_logits=False)
-        samples: dict[int, list[float]] = {n: [] for n in NS}
+        samples: dict[int, list[float]] = {n: [] for n in ns}
         for _ in range(rounds):
-            for n in NS:
+            for n in ns:
                 t = time.perf_counter()
-                decode(context[:n], CONTEXT, all_logits=True)
+                decode(context[:n], CONTEXT, all_logits=all_logits)
                 samples[n].append((time.perf_counter() - t) * 1000.0)
                 llama_cpp.llama_memory_seq_rm(mem, 0, CONTEXT, -1)
     finally:
@@ -61,7 +68,9 @@ def module_curve(gguf: str, threads: int, rounds: int) -> dict[int, float]:
     return {n: statistics.median(v) for n, v in samples.items()}
 
 
-def server_curve(binary: str, gguf: str, threads: int, rounds: int) -> dict[int, float]:
+def server_curve(
+    binary: str, gguf: str, threads: int, rounds: int, ns: tuple[int, ...]
+) -> dict[int, float]:
     from agspec.serve.launch import free_port
 
     port = free_port()
@@ -93,7 +102,7 @@ def server_curve(binary: str, gguf: str, threads: int, rounds: int) -> dict[int,
         samples: dict[int, list[float]] = {}
         k = 0
         for _ in range(rounds):
-            for n in NS:
+            for n in ns:
                 k += 1
                 # The cached prefix is the context (plus one token the server re-reads);
                 # the n tokens after it are new, so prompt_n is n or n + 1 (whatever the
@@ -116,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--llama-server", default=None, help="binary (default: build/cached)")
+    ap.add_argument("--ns", type=int, nargs="+", default=list(NS), help="step sizes (tokens)")
     ap.add_argument("-o", "--out", default=None)
     args = ap.parse_args(argv)
+    ns = tuple(sorted({1, *args.ns}))
+    if ns[0] < 1 or ns[-1] > 256:
+        ap.error("--ns: sizes from 1 to 256 tokens")
     from agspec.models import resolve_model
 
     gguf = str(resolve_model(args.model))
@@ -125,18 +138,22 @@ def main(argv: list[str] | None = None) -> int:
         ["bash", str(ROOT / "scripts" / "install_llama_server.sh"), sys.executable],
         check=True, capture_output=True, text=True,
     ).stdout.strip().splitlines()[-1]  # fmt: skip
-    mod = module_curve(gguf, args.threads, args.rounds)
-    srv = server_curve(binary, gguf, args.threads, args.rounds)
-    print(f"{'n':>3}  {'llama_cpp ms':>12} {'x n=1':>6}   {'llama-server ms':>15} {'x n=1':>6}")
-    for n in NS:
+    mod = module_curve(gguf, args.threads, args.rounds, ns)
+    last = module_curve(gguf, args.threads, args.rounds, ns, all_logits=False)
+    srv = server_curve(binary, gguf, args.threads, args.rounds, ns)
+    print(f"{'n':>3}  {'llama_cpp ms':>12} {'x n=1':>6}   {'last-row logits ms':>18}"
+          f" {'x n=1':>6}   {'llama-server ms':>15} {'x n=1':>6}")  # fmt: skip
+    for n in ns:
         s = (
             f"{srv[n]:15.2f} {srv[n] / srv[1]:6.2f}"
             if n in srv and 1 in srv
             else f"{'-':>15} {'-':>6}"
         )
-        print(f"{n:3d}  {mod[n]:12.2f} {mod[n] / mod[1]:6.2f}   {s}")
+        print(f"{n:3d}  {mod[n]:12.2f} {mod[n] / mod[1]:6.2f}   {last[n]:18.2f}"
+              f" {last[n] / last[1]:6.2f}   {s}")  # fmt: skip
     if args.out:
-        Path(args.out).write_text(json.dumps({"llama_cpp_ms": mod, "llama_server_ms": srv}) + "\n")
+        out = {"llama_cpp_ms": mod, "llama_cpp_last_logits_ms": last, "llama_server_ms": srv}
+        Path(args.out).write_text(json.dumps(out) + "\n")
     return 0
 
 
