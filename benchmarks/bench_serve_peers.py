@@ -168,7 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=0, help="first N calls only (0: all)")
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--llama-server", default=None, help="binary (default: build/cached)")
-    ap.add_argument("--spec-types", nargs="+", default=list(LLAMA_TYPES))
+    ap.add_argument(
+        "--spec-types",
+        nargs="*",
+        default=list(LLAMA_TYPES),
+        help="llama-server's --spec-type of each llama-server row (none: no rows)",
+    )
+    ap.add_argument(
+        "--agspec-arg",
+        action="append",
+        default=[],
+        help="one more `agspec serve` argument for its rows (repeatable)",
+    )
+    ap.add_argument("--drafters", nargs="+", default=["none", "agspec"],
+                    help="the agspec serve rows' --drafter values")  # fmt: skip
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -194,15 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     reference: list[str] | None = None
     for conc in args.concurrency:
         servers: list[tuple[str, Any]] = []
-        agspec_rows = [("none", conc), ("agspec", conc)]
-        if conc > 1:  # the same clients on one slot: what batching itself gains
+        agspec_rows = [(d, conc) for d in args.drafters]
+        if conc > 1 and "agspec" in args.drafters:  # the same clients on one slot
             agspec_rows.append(("agspec", 1))
         for drafter, par in agspec_rows:
             name = f"agspec serve --drafter {drafter}" + (" --parallel 1" if par != conc else "")
             servers.append((name, lambda d=drafter, p=par:
                             ServerProcess(["--model", args.model, "--threads", str(args.threads),
                                            "--n-ctx", str(args.n_ctx), "--parallel", str(p),
-                                           "--drafter", d]).start()))  # fmt: skip
+                                           "--drafter", d, *args.agspec_arg]).start()))  # fmt: skip
         for st in args.spec_types:
             servers.append(
                 (
