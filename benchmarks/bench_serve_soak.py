@@ -30,7 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+try:
+    import httpx
+except ImportError:  # newer openai clients bring the fork httpx2 (the same API)
+    import httpx2 as httpx  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "src" / "agspec" / "data" / "traces" / "default.jsonl.gz"
@@ -103,9 +106,14 @@ class Soak:
         ) as resp:
             if resp.status_code != 200:
                 raise RuntimeError(f"stream {resp.status_code}")
-            lines = resp.iter_lines()
-            for _ in range(3):  # the role chunk and the first content chunks
-                next(lines, None)
+            # Until two chunks with content came: the request holds a slot and decodes
+            # (the role chunk may come while it still waits for one).
+            seen = 0
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and '"content":' in line and "[DONE]" not in line:
+                    seen += 1
+                if seen >= 2 or line == "data: [DONE]":
+                    break
             closed = time.monotonic()
         # Leaving the block closed the connection; another client's disconnect may count
         # too, so wait for the counter to pass `before`.
