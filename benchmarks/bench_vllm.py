@@ -89,12 +89,12 @@ def method_config(
 
 
 def pick_live_calls(
-    tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int, c32: bool = False
+    tok: Any, sessions_c1: int, rounds_c8: list[int], max_prompt: int, with_c32: bool = False
 ) -> Any:
     """Concurrency 1: every call of the first `sessions_c1` sessions, in order.
     Concurrency 8: rounds of 8 calls (call j of 8 other sessions), in order of j.
-    Concurrency 32 (`c32`): one batch of 32 calls, calls 1, 2, ... of every session after
-    the first `sessions_c1`, in order of the call index (an empty list without `c32`)."""
+    Concurrency 32 (`with_c32`): one batch of 32 calls, calls 1, 2, ... of every session after
+    the first `sessions_c1`, in order of the call index (an empty list without it)."""
     from agspec.traces import read_sessions
 
     sessions = list(read_sessions(vllm_common.DEFAULT_TRACES))
@@ -113,7 +113,7 @@ def pick_live_calls(
         batch = [p for s in pool if j < len(s.calls) and (p := prompt(s, s.calls[j]))]
         c8.append(batch)
     c32: list[list[dict[str, Any]]] = []
-    if c32:
+    if with_c32:
         rest = sessions[sessions_c1:]
         depth = max(len(s.calls) for s in rest)
         picked = [p for j in range(1, depth) for s in rest
@@ -186,10 +186,11 @@ def run_live(args: argparse.Namespace, global_corpus: str | None) -> dict[str, A
     c1, c8, c32 = pick_live_calls(
         tok, args.sessions_c1, args.rounds_c8, args.max_prompt_tokens, args.c32
     )
+    every = c1 + [p for b in c8 + c32 for p in b]
     print(
         f"live: {len(c1)} calls at concurrency 1, {sum(map(len, c8))} in {len(c8)} rounds "
-        f"of 8; prompts {min(len(p['ids']) for p in c1)}-{max(len(p['ids']) for p in c1)} "
-        "tokens",
+        f"of 8, {sum(map(len, c32))} at 32; prompts {min(len(p['ids']) for p in every)}-"
+        f"{max(len(p['ids']) for p in every)} tokens",
         file=sys.stderr,
     )
     groups = [[m for m in g.split(",") if m] for g in args.methods.split(";") if g]
@@ -241,8 +242,8 @@ def _run_group(
             results[method] = {"load_s": ready["load_s"], "load_avg_ready": load_avg()}
             print(f"{method}: engine ready in {ready['load_s']:.1f} s", file=sys.stderr)
         outs_all: dict[str, dict[str, list[list[int]]]] = {m: {} for m in methods}
-        levels = [("c1", [[p] for p in c1]), ("c8", c8)] + ([("c32", c32)] if c32 else [])
-        for conc, batches in levels:
+        levels = [("c1", [[p] for p in c1]), ("c8", c8), ("c32", c32)]
+        for conc, batches in [(c, b) for c, b in levels if b]:
             acc = {
                 m: {"tokens": 0, "requests": 0, "s": 0.0, "drafts": 0, "draft_tokens": 0,
                     "accepted": 0}
@@ -576,16 +577,24 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|")
         for g, group in enumerate(report["live"]["groups"], start=1):
             for m, r in group.items():
-                a, b = r["c1"], r["c8"]
                 diff = sum(len(r[c].get("differs_from_none", [])) for c in concs(r))
-                la, lb = a["load_avg_1min"], b["load_avg_1min"]
-                c32 = f"{r['c32']['tok_s']:.2f}" if "c32" in r else "-"
+
+                def cell(conc: str, key: str, r: dict[str, Any] = r) -> str:
+                    return f"{r[conc][key]:.2f}" if conc in r else "-"
+
+                def loads(conc: str, r: dict[str, Any] = r) -> str:
+                    if conc not in r:
+                        return "-"
+                    lo, hi = r[conc]["load_avg_1min"]
+                    return f"{lo:.1f}-{hi:.1f}"
+
                 print(
-                    f"| {g} | {m} | {a['tok_s']:.2f} | {b['tok_s']:.2f} | {c32} | "
-                    f"{a['tokens_per_step']:.2f} / {b['tokens_per_step']:.2f} | "
-                    f"{a['verified_per_step']:.2f} / {b['verified_per_step']:.2f} | "
+                    f"| {g} | {m} | {cell('c1', 'tok_s')} | {cell('c8', 'tok_s')} | "
+                    f"{cell('c32', 'tok_s')} | {cell('c1', 'tokens_per_step')} / "
+                    f"{cell('c8', 'tokens_per_step')} | {cell('c1', 'verified_per_step')} / "
+                    f"{cell('c8', 'verified_per_step')} | "
                     f"{r['num_accepted_tokens']} / {r['num_draft_tokens']} | {diff} | "
-                    f"{la[0]:.1f}-{la[1]:.1f} / {lb[0]:.1f}-{lb[1]:.1f} |"
+                    f"{loads('c1')} / {loads('c8')} |"
                 )
     if report["proposer"]:
         print("\n| proposer | batch 1 | batch 8 | batch 64 | (us per request-step) |")
