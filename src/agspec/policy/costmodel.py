@@ -266,7 +266,7 @@ class _BatchCurve:
     n_tokens: tuple[int, ...]
     step_ms: tuple[float, ...]
 
-    def at(self, n: int) -> float:
+    def at(self, n: float) -> float:
         """Linear in n between measured points. Past the last, the mean slope from the
         point nearest half the last n (never below 0): a CPU's staircase makes the last
         segment fall when it ends on a tile end (31 -> 32 tokens: 188 -> 174 ms), which
@@ -297,15 +297,21 @@ class ProfileCostModel:
     """Measured step times, interpolated.
 
     In n: linear between measured n; beyond the largest measured n, the mean slope of its
-    upper half (`_BatchCurve.at`; n = 1 must be measured: it is the unit). In B: linear between the two nearest
-    measured batch sizes (the relative cost is the ratio of interpolated times); outside
-    the measured range, the nearest measured batch size.
+    upper half (`_BatchCurve.at`; n = 1 must be measured: it is the unit). In B: linear
+    between the two nearest measured batch sizes (the relative cost is the ratio of
+    interpolated times); below the smallest, the smallest; above the largest, B_max, a
+    step of B requests verifying n tokens each costs what the n * B tokens cost at B_max
+    (time(n, B) = time(n * B / B_max, B_max)): a step's cost follows its total tokens,
+    so on a compute-bound CPU a draft at B = 32 is priced as dear as it is, not at B_max's
+    relative cost.
 
     >>> m = ProfileCostModel.from_dict({"format": "agspec-cost-profile", "version": 1,
     ...     "backend": "llama.cpp", "model": "m", "device": "cpu", "context_tokens": 512,
     ...     "batch_sizes": {"1": {"n_tokens": [1, 2, 4], "step_ms": [10.0, 12.0, 20.0]}}})
     >>> m.step_cost(3, 1)
     1.6
+    >>> m.step_time_ms(1, 2), m.step_cost(2, 2)  # B = 2: 2 and 4 tokens at B = 1
+    (12.0, 1.6666666666666667)
     """
 
     backend: str
@@ -399,7 +405,7 @@ class ProfileCostModel:
         if batch_size <= bs[0]:
             return self.curves[bs[0]].at(n_tokens)
         if batch_size >= bs[-1]:
-            return self.curves[bs[-1]].at(n_tokens)
+            return self.curves[bs[-1]].at(n_tokens * batch_size / bs[-1])
         hi = min(b for b in bs if b >= batch_size)
         lo = max(b for b in bs if b <= batch_size)
         t_lo = self.curves[lo].at(n_tokens)

@@ -3,8 +3,8 @@
 The default drafter `agspec` sizes every draft by what verifying it costs
 (`docs/costmodel.md`). A profile measured while the machine was busy, or a wrong
 `--cost-profile`, would make it draft too little (or too much) for good. So `agspec serve`
-times its own decoding steps and keeps, per batch size and step size, the median of its quiet samples:
-`LiveCostProfile` answers the cost model's questions from those medians where it holds
+times its own decoding steps and keeps, per batch size and step size, the median of the
+quiet ones: `LiveCostProfile` answers the cost model's questions from those where it holds
 enough of them and from the start-up profile elsewhere (shaped by it, at the live level),
 and the server reprices the drafter with it as samples come in.
 
