@@ -18,6 +18,7 @@ from agspec.corpora.corpus_set import (
 from agspec.drafter.call import AgSpecCall, candidate_tries
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
+from agspec.policy.tree_size import size_trees_at_prices
 
 if TYPE_CHECKING:
     from agspec.drafter.server import AgSpecServer
@@ -261,9 +262,56 @@ def _grow_trees(
                 max_occurrences=calls[i].max_occurrences,
             )
             at += n
-    for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
-        if slots:
-            out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
+    if not server.batch_cost_mode:
+        for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
+            if slots:
+                out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
+        return out
+    # `AgSpecCall.take_tree` of every tree at once: each branch's curve (read once per
+    # agent, match and depth: scoring only reads), then every tree scored and sized at the
+    # step's prices in one pass (`size_trees_at_prices`), then each kept in its call.
+    survival = server.lengths.survival
+    rates = server.branch_rates
+    by_match: dict[tuple[str, int, int], list[float]] = {}
+    sized: list[int] = []  # index into grow of each tree sized
+    shapes: list[tuple[list[int], list[int], list[int]]] = []
+    curves: list[list[list[float]]] = []
+    tables: list[list[float]] = []
+    budgets: list[int] = []
+    most = 0  # the most nodes any tree may keep: how far the prices must go
+    for g, ((i, curve, budget), ls, (slots, depth), trie) in enumerate(
+        zip(grow, lengths, plans, tries)
+    ):
+        if not slots:
+            continue
+        origin = trie[4]
+        if len(origin) == 1:  # no candidate adds a node
+            continue
+        agent = calls[i].agent
+        branch_curves = [curve]
+        for k in origin[1:]:
+            key = (agent, ls[slots[k]], depth)
+            c = by_match.get(key)
+            if c is None:
+                c = by_match[key] = survival.curve(agent, key[1], depth)[:depth]
+            branch_curves.append(c)
+        sized.append(g)
+        shapes.append((trie[1], trie[2], trie[3]))
+        curves.append(branch_curves)
+        tables.append(rates.table_for(agent))
+        budgets.append(budget)
+        n = len(trie[0])
+        if (budget if budget < n else n) > most:
+            most = budget if budget < n else n
+    if not sized:
+        return out
+    # A node costs what a draft token costs in the batch (the chain rule's prices, at the
+    # tree's step costs; one list for the step: prices do not depend on how far they go).
+    prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
+    keeps = size_trees_at_prices(shapes, curves, tables, budgets, prices)
+    for g, keep in zip(sized, keeps):
+        i = grow[g][0]
+        out[i] = calls[i].keep_tree(chains[i], keep, tries[g])
     return out
 
 

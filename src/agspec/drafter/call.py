@@ -336,6 +336,13 @@ class AgSpecCall:
             keep = size_tree(p, None, budget, prices=prices)
         else:
             keep = size_tree(p, server.tree_step_costs, budget)
+        return self.keep_tree(chain, keep, trie)
+
+    def keep_tree(self, chain: list[int], keep: list[int], trie: BranchTrie) -> DraftTree:
+        """The tree of the nodes `keep` (in node order, every parent kept) of the trie
+        after `chain`, recorded for the next `accept` (`take_tree`'s end; the batched
+        tree step sizes its tries together, then keeps each here)."""
+        tokens, parents, support = trie[0], trie[1], trie[2]
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
         num_chain = bisect_left(keep, len(chain))  # keep is in node order
