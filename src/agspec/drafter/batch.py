@@ -220,7 +220,7 @@ def _grow_trees(
         return out
     lengths = match_lengths_batch([sets[i] for i, _, _ in grow])
     plans: list[tuple[list[int], int]] = []
-    flat_sets: list[CorpusSet] = []
+    tree_sets = [sets[i] for i, _, _ in grow]  # one per tree: its request's
     flat_slots: list[int] = []
     flat_depths: list[int] = []
     flat_rules: list[ContinuationRule] = []
@@ -228,7 +228,6 @@ def _grow_trees(
     for (i, _, budget), ls in zip(grow, lengths):
         slots, rules, depth = calls[i].tree_candidates(ls, budget)
         plans.append((slots, depth))
-        flat_sets += [sets[i]] * len(slots)
         flat_slots += slots
         flat_depths += [depth] * len(slots)
         flat_rules += rules
@@ -239,7 +238,7 @@ def _grow_trees(
     occurrences = {calls[i].max_occurrences for i, _, _ in grow}
     if len(occurrences) == 1:
         tries = candidate_tries(
-            flat_sets,
+            tree_sets,
             flat_slots,
             flat_depths,
             flat_rules,
@@ -252,7 +251,7 @@ def _grow_trees(
         tries, at = [], 0
         for (i, _, _), n, first in zip(grow, counts, firsts):
             tries += candidate_tries(
-                flat_sets[at : at + n],
+                [sets[i]],
                 flat_slots[at : at + n],
                 flat_depths[at : at + n],
                 flat_rules[at : at + n],

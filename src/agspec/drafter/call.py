@@ -40,15 +40,16 @@ def candidate_tries(
     max_occurrences: int,
 ) -> list[BranchTrie]:
     """The candidate branches of token trees, copied and merged: tree t's candidates are
-    the next counts[t] (set, slot, length, rule) entries, merged after its chain
-    firsts[t] in the order of their ranks (`merge_candidates`). One native call for every
-    tree when the corpora are native (`continuation_tries`), else `merge_candidates` of
-    each tree's copies."""
+    the next counts[t] (slot, length, rule) entries, copied from sets[t] (one set per
+    tree) and merged after its chain firsts[t] in the order of their ranks
+    (`merge_candidates`). One native call for every tree when the corpora are native
+    (`continuation_tries`), else `merge_candidates` of each tree's copies."""
     if all(cs.is_native for cs in sets):
         return continuation_tries(
             sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
         )
-    conts = continuations_batch(sets, slots, max_tokens, rules, max_occurrences=max_occurrences)
+    flat = [cs for cs, n in zip(sets, counts) for _ in range(n)]
+    conts = continuations_batch(flat, slots, max_tokens, rules, max_occurrences=max_occurrences)
     out = []
     at = 0
     for n, first in zip(counts, firsts):
@@ -247,7 +248,7 @@ class AgSpecCall:
         if not slots:
             return DraftTree.chain(chain)
         (trie,) = candidate_tries(
-            [corpora] * len(slots),
+            [corpora],
             slots,
             [depth] * len(slots),
             rules,
