@@ -272,6 +272,7 @@ def _grow_trees(
     survival = server.lengths.survival
     rates = server.branch_rates
     by_match: dict[tuple[str, int, int], list[float]] = {}
+    by_agent: dict[str, list[float]] = {}  # q_a of each agent (nothing observes meanwhile)
     sized: list[int] = []  # index into grow of each tree sized
     shapes: list[tuple[list[int], list[int], list[int]]] = []
     curves: list[list[list[float]]] = []
@@ -297,7 +298,10 @@ def _grow_trees(
         sized.append(g)
         shapes.append((trie[1], trie[2], trie[3]))
         curves.append(branch_curves)
-        tables.append(rates.table_for(agent))
+        table = by_agent.get(agent)
+        if table is None:
+            table = by_agent[agent] = rates.table_for(agent)
+        tables.append(table)
         budgets.append(budget)
         n = len(trie[0])
         if (budget if budget < n else n) > most:

@@ -377,8 +377,8 @@ class AgSpecCall:
             d = curve[i - 1] - curve[i]
             if d > drop:
                 drop = d
-        rate = server.branch_rates.rates_for(self.agent)  # kept until the next observe
-        q = max(rate(1), rate(2), rate(3), rate(4))
+        rate = server.branch_rates.table_for(self.agent)  # kept until the next observe
+        q = max(rate[1:])  # supports 1 .. MAX_SUPPORT_BUCKET
         bound = q * (drop if drop > top else top)
         if bound > top:
             return True  # an alternative may outrank a node of the chain
