@@ -352,11 +352,10 @@ class AgSpecCall:
         self._decision = (num_chain, False, self.last_match_length) if num_chain else None
         if len(keep) == num_chain:
             return DraftTree.chain(draft)
-        new_index = {old: new for new, old in enumerate(keep)}
+        new_index = dict(zip(keep, range(len(keep))))
+        new_index[-1] = -1  # the root stays the root
         tree = DraftTree(
-            [tokens[i] for i in keep],
-            [new_index[parents[i]] if parents[i] >= 0 else -1 for i in keep],
-            check=False,
+            [tokens[i] for i in keep], [new_index[parents[i]] for i in keep], check=False
         )
         self._tree = (tree, [support[i] for i in keep])
         return tree
