@@ -173,6 +173,12 @@ def main() -> None:
     ap.add_argument(
         "--trees", action="store_true", help="also time accept + propose_tree per request"
     )
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["per-call", "step_batch", "trees", "tree-batch"],
+        help="time only these modes (default: every mode the flags and checkout allow)",
+    )
     args = ap.parse_args()
     tok = get_tokenizer("qwen2.5")
     sessions, rest = load_sessions(args.source, tok, args.sessions)
@@ -195,6 +201,14 @@ def main() -> None:
             modes.append("trees")
             if has_tree_batch:
                 modes.append("tree-batch")
+        names: dict[bool | str, str] = {
+            False: "per-call",
+            True: "step_batch",
+            "trees": "trees",
+            "tree-batch": "tree-batch",
+        }
+        if args.modes:
+            modes = [m for m in modes if names[m] in args.modes]
         for batched in modes:
             server = AgSpecServer(
                 tokenizer=tok,
@@ -204,13 +218,7 @@ def main() -> None:
                 batch_size=b,
             )
             r = run(server, sessions, b, args.max_draft, batched)
-            mode = {
-                False: "per-call",
-                True: "step_batch",
-                "trees": "trees",
-                "tree-batch": "tree-batch",
-            }[batched]
-            r |= {"batch_size": b, "mode": mode}
+            r |= {"batch_size": b, "mode": names[batched]}
             results.append(r)
             print(
                 f"{b:>4} {r['mode']:>10} {r['us_per_request_step']:>16.2f} "

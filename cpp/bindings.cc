@@ -351,26 +351,24 @@ NB_MODULE(_native, m) {
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"));
   // A token tree's candidates (cpp/index/branch_trie.h): every candidate continuation
-  // copied as continuation_batch does, then one trie per tree, as (tokens, parents,
-  // support, branch_of, origin) lists.
+  // copied as continuation_batch does (one set per tree), then one trie per tree, as
+  // (tokens, parents, support, branch_of, origin) lists.
   m.def(
       "continuation_tries",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
          const std::vector<int64_t>& max_tokens, const std::vector<agspec::ContinuationRule>& rules,
          size_t max_occurrences, const std::vector<int64_t>& ranks,
          const std::vector<int64_t>& counts, const std::vector<std::vector<Token>>& firsts) {
-        const size_t n = sets.size();
-        if (slots.size() != n || max_tokens.size() != n || rules.size() != n || ranks.size() != n) {
+        const size_t n = slots.size();
+        if (max_tokens.size() != n || rules.size() != n || ranks.size() != n) {
           throw agspec::ArgumentError(
               "continuation_tries: one slot, length, rule and rank per candidate");
         }
-        if (counts.size() != firsts.size()) {
-          throw agspec::ArgumentError("continuation_tries: one count per first branch");
+        if (counts.size() != firsts.size() || sets.size() != firsts.size()) {
+          throw agspec::ArgumentError("continuation_tries: one set and count per first branch");
         }
-        for (size_t i = 0; i < n; ++i) {
-          if (sets[i] == nullptr && slots[i] >= 0 && max_tokens[i] > 0) {
-            throw agspec::ArgumentError("continuation_tries: a set is None");
-          }
+        for (CursorSet* set : sets) {
+          if (set == nullptr) throw agspec::ArgumentError("continuation_tries: a set is None");
         }
         std::vector<agspec::BranchTrie> tries(counts.size());
         agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(),

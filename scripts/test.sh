@@ -37,7 +37,7 @@ for sanitize in address thread; do
     cmake -S . -B "$build" -G Ninja -DAGSPEC_SANITIZE=$sanitize -DCMAKE_BUILD_TYPE=Debug >/dev/null
     cmake --build "$build" >/dev/null
     (cd "$build" && export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" &&
-        ./token_index_test && ./token_index_threads_test)
+        ./token_index_test && ./token_index_threads_test && ./branch_trie_test)
     rm -rf "$build"
 done
 

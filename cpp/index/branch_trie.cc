@@ -114,12 +114,13 @@ void continuation_tries(CursorSet* const* sets, const int64_t* slots, const int6
                         ", not the " + std::to_string(n) + " candidates");
   }
   std::vector<std::vector<Token>> conts(n);
-  continuation_batch(sets, slots, max_tokens, rules, max_occurrences, n, conts.data());
-  size_t at = 0;
-  for (size_t t = 0; t < num_trees; ++t) {
-    out[t] = merge_branches(firsts[t], conts.data() + at, ranks + at, size_t(counts[t]));
-    at += size_t(counts[t]);
-  }
+  std::vector<size_t> start(num_trees + 1, 0);
+  for (size_t t = 0; t < num_trees; ++t) start[t + 1] = start[t] + size_t(counts[t]);
+  continuation_groups(sets, counts, num_trees, slots, max_tokens, rules, max_occurrences,
+                      conts.data(), [&](size_t t) {
+                        out[t] = merge_branches(firsts[t], conts.data() + start[t],
+                                                ranks + start[t], size_t(counts[t]));
+                      });
 }
 
 }  // namespace agspec

@@ -35,9 +35,11 @@ struct BranchTrie {
 BranchTrie merge_branches(const std::vector<Token>& first, const std::vector<Token>* candidates,
                           const int64_t* ranks, size_t n);
 
-// continuation_batch() of every candidate (n of them: set, slot, length, rule each), then
-// one trie per tree: tree t's candidates are the next counts[t] ones, merged after
-// firsts[t] with their ranks (merge_branches). out[t] gets tree t's trie.
+// The candidates of num_trees trees (n of them: slot, length, rule each) copied as
+// continuation_batch() copies them, then one trie per tree: tree t's candidates are the
+// next counts[t] ones, all of sets[t] (its request's corpora), merged after firsts[t]
+// with their ranks (merge_branches). When the sets are distinct the trees are copied and
+// merged on the helper threads (continuation_groups). out[t] gets tree t's trie.
 void continuation_tries(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,
                         const ContinuationRule* rules, size_t max_occurrences, size_t n,
                         const int64_t* ranks, const int64_t* counts,

@@ -445,6 +445,32 @@ void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int6
   rethrow_first(errors);
 }
 
+void continuation_groups(CursorSet* const* sets, const int64_t* counts, size_t num_groups,
+                         const int64_t* slots, const int64_t* max_tokens,
+                         const ContinuationRule* rules, size_t max_occurrences,
+                         std::vector<Token>* out, const std::function<void(size_t)>& done) {
+  std::vector<size_t> start(num_groups + 1, 0);
+  for (size_t g = 0; g < num_groups; ++g) start[g + 1] = start[g] + size_t(counts[g]);
+  // One group's copies, under the batch's read guards when given (else each its own).
+  auto group = [&](size_t g, const BatchReads* reads) {
+    for (size_t j = start[g]; j < start[g + 1]; ++j) {
+      if (slots[j] < 0 || max_tokens[j] <= 0) continue;  // nothing to copy
+      const size_t slot = size_t(slots[j]), k = size_t(max_tokens[j]);
+      out[j] = reads ? sets[g]->continuation_in(slot, k, rules[j], max_occurrences, *reads, g)
+                     : sets[g]->continuation(slot, k, rules[j], max_occurrences);
+    }
+    done(g);
+  };
+  if (!parallel(sets, num_groups)) {
+    for (size_t g = 0; g < num_groups; ++g) group(g, nullptr);
+    return;
+  }
+  const BatchReads reads(sets, num_groups);
+  std::vector<std::exception_ptr> errors(num_groups);
+  each_set(num_groups, errors, [&](size_t g) { group(g, &reads); });
+  rethrow_first(errors);
+}
+
 std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                            size_t max_occurrences) {
   if (slot >= cursors_.size()) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -85,6 +86,9 @@ class CursorSet {
   friend void match_lengths_batch(CursorSet* const*, size_t, int32_t*);
   friend void continuation_batch(CursorSet* const*, const int64_t*, const int64_t*,
                                  const ContinuationRule*, size_t, size_t, std::vector<Token>*);
+  friend void continuation_groups(CursorSet* const*, const int64_t*, size_t, const int64_t*,
+                                  const int64_t*, const ContinuationRule*, size_t,
+                                  std::vector<Token>*, const std::function<void(size_t)>&);
   // advance() in its parts, for advance_batch's phases: the ids checked (ArgumentError),
   // every cursor fed, then each append target extended (closed ones marked, then dropped).
   // With `reads`, the cursors read under the batch's guards instead of their own.
@@ -179,5 +183,15 @@ void match_picks_batch(CursorSet* const* sets, size_t n, int32_t min_match, int3
 void continuation_batch(CursorSet* const* sets, const int64_t* slots, const int64_t* max_tokens,
                         const ContinuationRule* rules, size_t max_occurrences, size_t n,
                         std::vector<Token>* out);
+
+// continuation_batch() of entries that come in groups, each of one set: group g is the
+// next counts[g] (slot, length, rule) entries, all copied from sets[g] into out. When the
+// sets are distinct the groups are copied on the helper threads (as continuation_batch's
+// requests), and done(g) runs right after group g, on the thread that copied it (its
+// caller's work on that group's copies: merging them). Errors as continuation_batch.
+void continuation_groups(CursorSet* const* sets, const int64_t* counts, size_t num_groups,
+                         const int64_t* slots, const int64_t* max_tokens,
+                         const ContinuationRule* rules, size_t max_occurrences,
+                         std::vector<Token>* out, const std::function<void(size_t)>& done);
 
 }  // namespace agspec

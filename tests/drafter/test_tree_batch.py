@@ -254,8 +254,8 @@ def candidate_batches(draw):
             draw(st.lists(st.integers(0, 3), max_size=4)),
         )
         n = draw(st.integers(0, 8))
+        sets.append(cs)  # one per tree
         for _ in range(n):
-            sets.append(cs)
             slots.append(draw(st.integers(0, 1)))
             depths.append(draw(st.integers(0, 6)))
             picks.append(draw(st.sampled_from(rules)))
@@ -273,7 +273,8 @@ def test_native_tries_equal_merge_candidates(batch):
 
     sets, slots, depths, rules, ranks, counts, firsts = batch
     got = continuation_tries(sets, slots, depths, rules, ranks, counts, firsts)
-    conts = continuations_batch(sets, slots, depths, rules)
+    flat = [cs for cs, n in zip(sets, counts) for _ in range(n)]
+    conts = continuations_batch(flat, slots, depths, rules)
     at = 0
     for trie, n, first in zip(got, counts, firsts):
         assert trie == merge_candidates(first, conts[at : at + n], ranks[at : at + n])

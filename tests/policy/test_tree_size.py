@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agspec.policy.cost_length import batch_prices
-from agspec.policy.tree_size import BranchRates, merge_branches, node_probabilities, size_tree
+from agspec.policy.tree_size import (
+    BranchRates,
+    merge_branches,
+    node_probabilities,
+    size_tree,
+    size_trees_at_prices,
+)
 
 
 @st.composite
@@ -189,3 +195,42 @@ def test_node_probabilities_equal_the_node_by_node_reference(branches, weights, 
     rate = lambda k: table[min(k, 4)]  # noqa: E731
     got = node_probabilities(parents, support, curve_of, curves, rate)
     assert got == _reference_probabilities(parents, support, curve_of, curves, rate)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 5), st.data())
+def test_size_trees_at_prices_equal_the_per_tree_functions(num_trees, data):
+    """The batched tree step's fused scoring and sizing against node_probabilities and
+    size_tree of each tree: the same nodes (curves with repeated steps and zeros, so that
+    ties between nodes and exhausted branches occur)."""
+    shapes, all_curves, tables, budgets, want = [], [], [], [], []
+    raw = data.draw(st.lists(st.floats(0.0, 3.0), min_size=2, max_size=20))
+    prices = batch_prices(
+        [1.0, *(1.0 + sum(raw[:k]) / 4 for k in range(1, len(raw)))],
+        batch_size=data.draw(st.integers(2, 64)),
+        mean_draft=data.draw(st.floats(0.0, 8.0)),
+        mean_committed=data.draw(st.floats(0.5, 4.0)),
+    )
+    for _ in range(num_trees):
+        branches = data.draw(
+            st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=9)
+        )
+        weights = data.draw(st.lists(st.integers(1, 6), min_size=9, max_size=9))
+        _, parents, support, curve_of = merge_branches(branches, weights[: len(branches)])
+        curves = []
+        for _ in branches:
+            steps = data.draw(st.lists(st.sampled_from([1.0, 0.9, 0.5, 0.25, 0.0]), max_size=7))
+            curve, s = [], 1.0
+            for h in steps:
+                s *= h
+                curve.append(s)
+            curves.append(curve)
+        table = data.draw(st.lists(st.sampled_from([0.0, 0.2, 0.5, 0.99]), min_size=5, max_size=5))
+        budget = data.draw(st.integers(0, 20))
+        p = node_probabilities(parents, support, curve_of, curves, lambda k, t=table: t[min(k, 4)])
+        want.append(size_tree(p, None, budget, prices=prices))
+        shapes.append((parents, support, curve_of))
+        all_curves.append(curves)
+        tables.append(table)
+        budgets.append(budget)
+    assert size_trees_at_prices(shapes, all_curves, tables, budgets, prices) == want

@@ -421,14 +421,16 @@ def continuation_tries(
     max_occurrences: int = 32,
 ) -> list[tuple[list[int], list[int], list[int], list[int], list[int]]]:
     """`continuations_batch` of a batch step's token-tree candidates, merged natively
-    into one trie per tree: tree t's candidates are the next counts[t] entries, merged
-    after its first branch firsts[t] in the order of their ranks (smallest first; the
-    reference is `agspec.policy.tree_size.merge_candidates`). Every set must be native
-    (`is_native`); each trie is (tokens, parents, support, branch_of, origin).
+    into one trie per tree: tree t's candidates are the next counts[t] (slot, length,
+    rule) entries, all of sets[t] (one set per tree: its request's), merged after its
+    first branch firsts[t] in the order of their ranks (smallest first; the reference is
+    `agspec.policy.tree_size.merge_candidates`). Every set must be native (`is_native`);
+    each trie is (tokens, parents, support, branch_of, origin). Distinct sets copy and
+    merge their trees on the native helper threads.
 
     >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
     >>> cs = CorpusSet([("s", ix, "recent")], [1, 2])
-    >>> continuation_tries([cs, cs], [0, 0], [2, 2], ["recent", "first"], [0, 0], [2], [[4]])
+    >>> continuation_tries([cs], [0, 0], [2, 2], ["recent", "first"], [0, 0], [2], [[4]])
     [([4, 3, 1], [-1, -1, 1], [1, 1, 1], [0, 1, 1], [-1, 1])]
     """
     handles = [s._native for s in sets]

@@ -18,6 +18,7 @@ from agspec.corpora.corpus_set import (
 from agspec.drafter.call import AgSpecCall, candidate_tries
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
+from agspec.policy.tree_size import size_trees_at_prices
 
 if TYPE_CHECKING:
     from agspec.drafter.server import AgSpecServer
@@ -219,7 +220,7 @@ def _grow_trees(
         return out
     lengths = match_lengths_batch([sets[i] for i, _, _ in grow])
     plans: list[tuple[list[int], int]] = []
-    flat_sets: list[CorpusSet] = []
+    tree_sets = [sets[i] for i, _, _ in grow]  # one per tree: its request's
     flat_slots: list[int] = []
     flat_depths: list[int] = []
     flat_rules: list[ContinuationRule] = []
@@ -227,7 +228,6 @@ def _grow_trees(
     for (i, _, budget), ls in zip(grow, lengths):
         slots, rules, depth = calls[i].tree_candidates(ls, budget)
         plans.append((slots, depth))
-        flat_sets += [sets[i]] * len(slots)
         flat_slots += slots
         flat_depths += [depth] * len(slots)
         flat_rules += rules
@@ -238,7 +238,7 @@ def _grow_trees(
     occurrences = {calls[i].max_occurrences for i, _, _ in grow}
     if len(occurrences) == 1:
         tries = candidate_tries(
-            flat_sets,
+            tree_sets,
             flat_slots,
             flat_depths,
             flat_rules,
@@ -251,7 +251,7 @@ def _grow_trees(
         tries, at = [], 0
         for (i, _, _), n, first in zip(grow, counts, firsts):
             tries += candidate_tries(
-                flat_sets[at : at + n],
+                [sets[i]],
                 flat_slots[at : at + n],
                 flat_depths[at : at + n],
                 flat_rules[at : at + n],
@@ -261,9 +261,60 @@ def _grow_trees(
                 max_occurrences=calls[i].max_occurrences,
             )
             at += n
-    for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
-        if slots:
-            out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
+    if not server.batch_cost_mode:
+        for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
+            if slots:
+                out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
+        return out
+    # `AgSpecCall.take_tree` of every tree at once: each branch's curve (read once per
+    # agent, match and depth: scoring only reads), then every tree scored and sized at the
+    # step's prices in one pass (`size_trees_at_prices`), then each kept in its call.
+    survival = server.lengths.survival
+    rates = server.branch_rates
+    by_match: dict[tuple[str, int, int], list[float]] = {}
+    by_agent: dict[str, list[float]] = {}  # q_a of each agent (nothing observes meanwhile)
+    sized: list[int] = []  # index into grow of each tree sized
+    shapes: list[tuple[list[int], list[int], list[int]]] = []
+    curves: list[list[list[float]]] = []
+    tables: list[list[float]] = []
+    budgets: list[int] = []
+    most = 0  # the most nodes any tree may keep: how far the prices must go
+    for g, ((i, curve, budget), ls, (slots, depth), trie) in enumerate(
+        zip(grow, lengths, plans, tries)
+    ):
+        if not slots:
+            continue
+        origin = trie[4]
+        if len(origin) == 1:  # no candidate adds a node
+            continue
+        agent = calls[i].agent
+        branch_curves = [curve]
+        for k in origin[1:]:
+            key = (agent, ls[slots[k]], depth)
+            c = by_match.get(key)
+            if c is None:
+                c = by_match[key] = survival.curve(agent, key[1], depth)[:depth]
+            branch_curves.append(c)
+        sized.append(g)
+        shapes.append((trie[1], trie[2], trie[3]))
+        curves.append(branch_curves)
+        table = by_agent.get(agent)
+        if table is None:
+            table = by_agent[agent] = rates.table_for(agent)
+        tables.append(table)
+        budgets.append(budget)
+        n = len(trie[0])
+        if (budget if budget < n else n) > most:
+            most = budget if budget < n else n
+    if not sized:
+        return out
+    # A node costs what a draft token costs in the batch (the chain rule's prices, at the
+    # tree's step costs; one list for the step: prices do not depend on how far they go).
+    prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
+    keeps = size_trees_at_prices(shapes, curves, tables, budgets, prices)
+    for g, keep in zip(sized, keeps):
+        i = grow[g][0]
+        out[i] = calls[i].keep_tree(chains[i], keep, tries[g])
     return out
 
 

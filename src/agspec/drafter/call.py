@@ -40,15 +40,16 @@ def candidate_tries(
     max_occurrences: int,
 ) -> list[BranchTrie]:
     """The candidate branches of token trees, copied and merged: tree t's candidates are
-    the next counts[t] (set, slot, length, rule) entries, merged after its chain
-    firsts[t] in the order of their ranks (`merge_candidates`). One native call for every
-    tree when the corpora are native (`continuation_tries`), else `merge_candidates` of
-    each tree's copies."""
+    the next counts[t] (slot, length, rule) entries, copied from sets[t] (one set per
+    tree) and merged after its chain firsts[t] in the order of their ranks
+    (`merge_candidates`). One native call for every tree when the corpora are native
+    (`continuation_tries`), else `merge_candidates` of each tree's copies."""
     if all(cs.is_native for cs in sets):
         return continuation_tries(
             sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
         )
-    conts = continuations_batch(sets, slots, max_tokens, rules, max_occurrences=max_occurrences)
+    flat = [cs for cs, n in zip(sets, counts) for _ in range(n)]
+    conts = continuations_batch(flat, slots, max_tokens, rules, max_occurrences=max_occurrences)
     out = []
     at = 0
     for n, first in zip(counts, firsts):
@@ -247,7 +248,7 @@ class AgSpecCall:
         if not slots:
             return DraftTree.chain(chain)
         (trie,) = candidate_tries(
-            [corpora] * len(slots),
+            [corpora],
             slots,
             [depth] * len(slots),
             rules,
@@ -336,6 +337,13 @@ class AgSpecCall:
             keep = size_tree(p, None, budget, prices=prices)
         else:
             keep = size_tree(p, server.tree_step_costs, budget)
+        return self.keep_tree(chain, keep, trie)
+
+    def keep_tree(self, chain: list[int], keep: list[int], trie: BranchTrie) -> DraftTree:
+        """The tree of the nodes `keep` (in node order, every parent kept) of the trie
+        after `chain`, recorded for the next `accept` (`take_tree`'s end; the batched
+        tree step sizes its tries together, then keeps each here)."""
+        tokens, parents, support = trie[0], trie[1], trie[2]
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
         num_chain = bisect_left(keep, len(chain))  # keep is in node order
@@ -344,11 +352,10 @@ class AgSpecCall:
         self._decision = (num_chain, False, self.last_match_length) if num_chain else None
         if len(keep) == num_chain:
             return DraftTree.chain(draft)
-        new_index = {old: new for new, old in enumerate(keep)}
+        new_index = dict(zip(keep, range(len(keep))))
+        new_index[-1] = -1  # the root stays the root
         tree = DraftTree(
-            [tokens[i] for i in keep],
-            [new_index[parents[i]] if parents[i] >= 0 else -1 for i in keep],
-            check=False,
+            [tokens[i] for i in keep], [new_index[parents[i]] for i in keep], check=False
         )
         self._tree = (tree, [support[i] for i in keep])
         return tree
@@ -369,8 +376,8 @@ class AgSpecCall:
             d = curve[i - 1] - curve[i]
             if d > drop:
                 drop = d
-        rate = server.branch_rates.rates_for(self.agent)  # kept until the next observe
-        q = max(rate(1), rate(2), rate(3), rate(4))
+        rate = server.branch_rates.table_for(self.agent)  # kept until the next observe
+        q = max(rate[1:])  # supports 1 .. MAX_SUPPORT_BUCKET
         bound = q * (drop if drop > top else top)
         if bound > top:
             return True  # an alternative may outrank a node of the chain

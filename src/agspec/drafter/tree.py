@@ -78,8 +78,11 @@ class DraftTree:
         >>> DraftTree.chain([5, 6, 7]).parents
         [-1, 0, 1]
         """
-        tokens = list(token_ids)
-        return cls(tokens, list(range(-1, len(tokens) - 1)), check=False)
+        # Built without __init__'s copies (a batched step makes one per request).
+        tree = object.__new__(cls)
+        tree.token_ids = list(token_ids)
+        tree.parents = list(range(-1, len(tree.token_ids) - 1))
+        return tree
 
     @property
     def num_nodes(self) -> int:

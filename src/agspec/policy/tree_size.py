@@ -52,6 +52,7 @@ __all__ = [
     "merge_candidates",
     "node_probabilities",
     "size_tree",
+    "size_trees_at_prices",
 ]
 
 # A merged trie: (tokens, parents, support, branch_of, origin), as `merge_candidates`
@@ -88,6 +89,7 @@ class BranchRates:
         # agent -> its `rates_for`, until the next `observe` (a batch step scores many
         # trees between two verifications).
         self._tables: dict[str, Callable[[int], float]] = {}
+        self._lists: dict[str, list[float]] = {}
 
     def rate(self, agent: str, support: int) -> float:
         counts = self._counts.get((agent, min(support, MAX_SUPPORT_BUCKET)))
@@ -110,8 +112,19 @@ class BranchRates:
             self._tables[agent] = fn
         return fn
 
+    def table_for(self, agent: str) -> list[float]:
+        """[q_a(0), ..., q_a(MAX_SUPPORT_BUCKET)] for one agent (`size_trees_at_prices`),
+        read once and kept until the next `observe`, as `rates_for`."""
+        table = self._lists.get(agent)
+        if table is None:
+            table = self._lists[agent] = [
+                self.rate(agent, s) for s in range(MAX_SUPPORT_BUCKET + 1)
+            ]
+        return table
+
     def observe(self, agent: str, support: int, right: bool) -> None:
         self._tables.pop(agent, None)
+        self._lists.pop(agent, None)
         key = (agent, min(support, MAX_SUPPORT_BUCKET))
         counts = self._counts.get(key)
         if counts is None:
@@ -275,3 +288,87 @@ def size_tree(
         assert step_costs is not None
         n = best_length(ranked, step_costs, budget)
     return sorted(order[:n])
+
+
+def size_trees_at_prices(
+    tries: Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]],
+    curves: Sequence[Sequence[Sequence[float]]],
+    rates: Sequence[Sequence[float]],
+    budgets: Sequence[int],
+    prices: Sequence[float],
+) -> list[list[int]]:
+    """`size_tree(node_probabilities(...), None, budget, prices=prices)` of many tries at
+    one batch state, in one pass: tries[t] is (parents, support, curve_of) of a
+    `merge_branches` trie, curves[t] its branches' curves, rates[t][s] its q_a(s) for s in
+    0 .. MAX_SUPPORT_BUCKET (a support above the last shares its rate) and budgets[t] its
+    node budget; `prices` (`batch_prices`) reach min(budget, nodes) of every trie, or all
+    the step costs. The same floats in the same order as the two per-tree functions (the
+    batched tree step's twin of them: `step_batch(..., trees=True)`), with fewer Python
+    steps per node.
+
+    >>> size_trees_at_prices([([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1])],
+    ...                      [[[0.9, 0.5, 0.4], [0.6, 0.3]]], [[0.5] * 5], [4],
+    ...                      [0.0, 0.1, 0.2, 0.3, 0.4])
+    [[0, 1, 2, 3]]
+    """
+    top = MAX_SUPPORT_BUCKET
+    num_prices = len(prices) - 1
+    out: list[list[int]] = []
+    for (parents, support, curve_of), branch_curves, rate, budget in zip(
+        tries, curves, rates, budgets
+    ):
+        # node_probabilities, inlined (see there for the rule and its invariants).
+        n = len(parents)
+        p = [0.0] * n
+        depth = [0] * n
+        free: dict[int, float] = {}
+        start = 0
+        while start < n:
+            b = curve_of[start]
+            end = bisect_right(curve_of, b, start)
+            par = parents[start]
+            curve = branch_curves[b]
+            size = len(curve)
+            if par >= 0:
+                p_par = p[par]
+                d0 = depth[par] + 1
+                rem = free.get(par)
+                if rem is None and par + 1 < n and curve_of[par + 1] == curve_of[par]:
+                    rem = p_par - p[par + 1]
+            else:
+                p_par, d0 = 1.0, 1
+                rem = free.get(par)
+            if d0 > size:
+                p0 = 0.0
+            elif rem is None:
+                before = curve[d0 - 2] if d0 >= 2 else 1.0
+                h = curve[d0 - 1] / before if before > 0 else 0.0
+                p0 = p_par * (h if h < 1.0 else 1.0)
+            else:
+                s = support[start]
+                p0 = rem * rate[s if s < top else top] if rem > 0.0 else 0.0
+            free[par] = (p_par if rem is None else rem) - p0
+            p[start] = p0
+            depth[start] = d0
+            if end - start > 1:
+                depth[start + 1 : end] = range(d0 + 1, d0 + end - start)
+                last = min(end, start + size - d0 + 1)
+                if p0 > 0.0 and last > start + 1:
+                    base = curve[d0 - 1]
+                    if base > 0.0:
+                        p[start + 1 : last] = [
+                            p0 * (c / base) for c in curve[d0 : d0 + last - start - 1]
+                        ]
+            start = end
+        # size_tree at prices: a stable sort by p, largest first (ties: the earlier node),
+        # then best_length_at_prices over the first `limit`.
+        order = sorted(range(n), key=p.__getitem__, reverse=True)
+        limit = min(budget, n, num_prices)
+        best, best_value, expected = 0, 0.0, 0.0
+        for k in range(limit):
+            expected += p[order[k]]
+            value = expected - prices[k + 1]
+            if value > best_value:
+                best, best_value = k + 1, value
+        out.append(sorted(order[:best]))
+    return out
