@@ -78,7 +78,7 @@ def feed(
         ms = STEP_MS * cost(n) * rng.uniform(0.97, 1.03)
         if rng.random() < 0.1:
             ms *= 2.5
-        live.add(1, n, ms, step=step, probe=probe > 0)
+        live.add(1, n, ms, step=step, probe=probe > 0, filler=probe)
         largest = max(largest, n)
     return largest
 
@@ -103,10 +103,11 @@ def test_live_prices_match_the_true_curve(cost, prior) -> None:
 
 def test_tile_ends_are_probed_and_kept() -> None:
     """The staircase's cheap tile ends (4, 8, 16 tokens) are measured, not read off the
-    line to the next probe: 4 tokens cost less than halfway from 3 to 5."""
+    line to the next probe: 4 tokens cost less than halfway from 3 to 5. Within 2000
+    steps: the probe budget (2% of the decoding time) spreads the probes out."""
     live = LiveCostProfile(None, max_tokens=17)
     assert live.knots(1) == [1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17]
-    feed(live, xeon, 600, draft_p=0.99)
+    feed(live, xeon, 2000, draft_p=0.99)
     counts = live.summary()["live_samples_by_batch_size"]["1"]
     for t in live.knots(1):
         assert counts.get(str(t), 0) >= live.min_samples, (t, counts)
@@ -174,7 +175,8 @@ def test_a_wrong_profile_heals_within_200_steps() -> None:
             k = live.wanted_probe(1, step) if live is not None and step % 4 == 0 else 0
             if live is not None:
                 ms = STEP_MS * xeon(1 + k) * rng.uniform(0.97, 1.03)
-                live.add(1, 1 + k, ms * (2.5 if rng.random() < 0.1 else 1.0), step=step)
+                live.add(1, 1 + k, ms * (2.5 if rng.random() < 0.1 else 1.0), step=step,
+                         probe=k > 0, filler=k)  # fmt: skip
         return None
 
     step = first_draft(LiveCostProfile(wrong_prior(), max_tokens=17))
@@ -229,9 +231,60 @@ def test_probes_stay_within_a_tile_of_what_runs() -> None:
         k = live.wanted_probe(4, step) if step % 4 == 0 else 0
         total = 4 + k
         live.add(4, total, STEP_MS * xeon(total) * rng.uniform(0.97, 1.03), step=step,
-                 probe=k > 0)  # fmt: skip
+                 probe=k > 0, filler=k)  # fmt: skip
         probed += [total] if k else []
     assert probed and max(probed) <= 9, sorted(set(probed))
     assert live.wanted_probe(4, 1001) == 0  # 8 is settled; 12 lies past the reach
     live.add(4, 16, STEP_MS * xeon(16), step=1001)
     assert live.wanted_probe(4, 1002) == 12 - 4  # the next knots: 12, then 16's tile, 20
+
+
+def test_probes_spend_at_most_their_budget() -> None:
+    """A profile that would probe one step in four for ever (every knot stale after 50
+    steps): the probes' true extra time (the Xeon staircase at the probe's size less at
+    the step's own, times the step's spread: the context grows and shrinks from call to
+    call) stays within PROBE_SHARE of the decoding time plus the allowance at every step
+    of a long run, and still measures every knot."""
+    from agspec.serve.cost_online import PROBE_ALLOWANCE_STEPS
+
+    share = 0.02  # docs/serve-parallel.md: probes add at most 2% to the decoding time
+    rng = random.Random(3)
+    live = LiveCostProfile(None, max_tokens=17, refresh_steps=50)
+    total_ms = true_extra = 0.0
+    probes = 0
+    for step in range(1, 20001):
+        k = live.wanted_probe(1, step) if step % 4 == 0 else 0
+        n = 1 + (k or rng.choice((0, 0, 3, 7, 11, 15)))
+        spread = rng.uniform(1.0, 1.2)
+        ms = STEP_MS * xeon(n) * spread
+        live.add(1, n, ms, step=step, probe=k > 0, filler=k)
+        total_ms += ms
+        if k:
+            probes += 1
+            true_extra += STEP_MS * (xeon(n) - xeon(n - k)) * spread
+        # The budget is charged the live price's estimate (within the spread of the true
+        # one); one probe may pass it before it is checked again.
+        allowance = (PROBE_ALLOWANCE_STEPS + xeon(17)) * STEP_MS * 1.2
+        assert true_extra <= 1.2 * share * total_ms + allowance, (step, probes)
+    assert probes > 100 and live.num_probes == probes
+    assert true_extra / total_ms < 1.2 * share, true_extra / total_ms
+    counts = live.summary()["live_samples_by_batch_size"]["1"]
+    assert all(counts.get(str(t), 0) >= live.min_samples for t in live.knots(1)), counts
+
+
+def test_a_knot_that_spreads_for_good_is_settled() -> None:
+    """Samples that never agree within 25% of the fastest (steps at very different
+    context lengths) stop being probed once there are SETTLE_AFTER x min_samples of
+    them: more probes would not narrow them."""
+    from agspec.serve.cost_online import SETTLE_AFTER
+
+    live = LiveCostProfile(None, max_tokens=2)
+    for ms in (10.0, 10.0, 10.0):
+        live.add(1, 1, ms)
+    times = [13.0] + [17.0 + 0.2 * i for i in range(SETTLE_AFTER * live.min_samples - 1)]
+    for ms in times[:-1]:
+        live.add(1, 2, ms, probe=True, filler=1)
+        assert live.wanted_probe(1, 0) == 1
+    live.add(1, 2, times[-1], probe=True, filler=1)
+    assert live.wanted_probe(1, 0) == 0
+    assert live.step_cost(2, 1) == pytest.approx(1.3)  # priced by the fastest group

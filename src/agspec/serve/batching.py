@@ -348,7 +348,7 @@ class BatchLoop:
         if decoding and not prefilling:
             # A pure decoding step: its time is a sample of the live cost profile.
             ms = (t_verify - t_decode) * 1000.0
-            self.engine._observe_step(len(decoding), step_tokens, ms, probe=probe[0] is not None)
+            self.engine._observe_step(len(decoding), step_tokens, ms, filler=len(probe[1]))
         share_s = (t_verify - t_draft) / max(1, len(decoding) + len(prefilling))
         for r in decoding:
             k = 1 + len(r.draft)

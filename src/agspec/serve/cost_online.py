@@ -25,13 +25,22 @@ token's own logits cannot see them, so the output is unchanged), up to the small
 not yet settled: one with fewer than `min_samples` samples within `SETTLED_SPREAD` of
 its fastest sample (`quiet_group`: a busy machine only makes steps slower, so samples
 taken while it was busy are left out, even when they are the majority), or whose samples
-are older than `refresh_steps` steps. A probe reaches no further than one
-tile past the largest step the server ran without a probe among its last
+are older than `refresh_steps` steps (a knot with `SETTLE_AFTER` times `min_samples`
+samples is settled however they spread: a knot whose steps ran at very different context
+lengths spreads for good, and probing it again would not narrow it). A probe reaches no
+further than one tile past the largest step the server ran without a probe among its last
 `FRONTIER_STEPS` at that batch size (`frontier`): it measures the next sizes the cost rule
 could move to, not sizes far beyond anything it drafts, which at several requests cost
 several steps each (at four requests a 68-token probe costs about three). A curve that
 turns out cheaper there lets the rule draft longer, real steps reach the new sizes and the
 frontier moves up a tile at a time.
+
+Probes cost time: a filler token is verified like a draft token that is never accepted.
+So the probes' extra time (a probe step's time less the live price of the same step
+without its filler) is kept within `PROBE_SHARE` of all the decoding time timed, plus an
+allowance of `PROBE_ALLOWANCE_STEPS` one-token steps (enough to measure the first tile,
+where a profile that says drafting never pays is proven wrong); past that budget no knot
+is probed until decoding has earned more.
 
 Times are keyed by (batch size B, total tokens T of the step); the cost model's
 `step_time_ms(n, B)` reads the curve of B at T = n * B (n tokens per request).
@@ -61,6 +70,12 @@ SETTLED_SPREAD = 0.25
 # Unprobed steps per batch size whose largest size is the probes' frontier.
 FRONTIER_STEPS = 256
 SUMMARY_TOKENS = (2, 4, 5, 8, 9, 16, 17)
+# The probes' extra time is at most this share of the decoding time timed, plus an
+# allowance of this many one-token steps.
+PROBE_SHARE = 0.02
+PROBE_ALLOWANCE_STEPS = 16.0
+# A knot with this many times `min_samples` samples is settled however they spread.
+SETTLE_AFTER = 3
 
 
 def monotone(points: list[tuple[int, float, int]]) -> list[tuple[int, float]]:
@@ -149,18 +164,35 @@ class LiveCostProfile:
         # B -> total tokens of the last FRONTIER_STEPS steps run without a probe.
         self._unprobed: dict[int, collections.deque[int]] = {}
         self.num_samples = 0
+        self.num_probes = 0
+        self.decode_ms = 0.0  # every timed step's time
+        self.probe_extra_ms = 0.0  # what the probes' filler added to it (>= 0 each)
         self.version = 0  # bumped when a curve the cost model reads changes
 
     # --- samples --------------------------------------------------------------------------
 
     def add(
-        self, batch_size: int, total_tokens: int, ms: float, *, step: int = 0, probe: bool = False
+        self,
+        batch_size: int,
+        total_tokens: int,
+        ms: float,
+        *,
+        step: int = 0,
+        probe: bool = False,
+        filler: int = 0,
     ) -> None:
         """One timed step: `batch_size` requests, `total_tokens` evaluated, `ms` wall;
-        `probe`: the step carried a probe's filler (its size does not move the frontier)."""
+        `probe`: the step carried a probe's `filler` tokens (its size does not move the
+        frontier; what the filler added counts against the probe budget)."""
         if batch_size < 1 or total_tokens < batch_size or not ms > 0:
             return
-        if not probe:
+        self.decode_ms += ms
+        if probe:
+            self.num_probes += 1
+            if 0 < filler <= total_tokens - batch_size:
+                without = self._price(total_tokens - filler, batch_size)
+                self.probe_extra_ms += max(0.0, ms - without)
+        else:
             recent = self._unprobed.get(batch_size)
             if recent is None:
                 recent = self._unprobed[batch_size] = collections.deque(maxlen=FRONTIER_STEPS)
@@ -204,7 +236,22 @@ class LiveCostProfile:
     def _settled(self, q: collections.deque[float] | None) -> bool:
         if q is None or len(q) < self.min_samples:
             return False
-        return len(q) >= self.window or len(quiet_group(q)) >= self.min_samples
+        if len(q) >= min(self.window, SETTLE_AFTER * self.min_samples):
+            return True
+        return len(quiet_group(q)) >= self.min_samples
+
+    def probe_budget_left_ms(self, batch_size: int) -> float:
+        """What probes may still add: `PROBE_SHARE` of the decoding time timed plus
+        `PROBE_ALLOWANCE_STEPS` one-token steps at `batch_size`, less what they added.
+
+        >>> live = LiveCostProfile(None, min_samples=1)
+        >>> live.add(1, 1, 10.0); round(live.probe_budget_left_ms(1), 2)  # 0.2 + 16 x 10
+        160.2
+        >>> live.add(1, 5, 40.0, probe=True, filler=4); round(live.probe_budget_left_ms(1), 2)
+        131.0
+        """
+        allowance = PROBE_ALLOWANCE_STEPS * self._price(batch_size, batch_size)
+        return PROBE_SHARE * self.decode_ms + allowance - self.probe_extra_ms
 
     def frontier(self, batch_size: int) -> int:
         """The largest step (total tokens) of the last `FRONTIER_STEPS` steps at
@@ -221,7 +268,9 @@ class LiveCostProfile:
     def wanted_probe(self, batch_size: int, step: int, step_tokens: int | None = None) -> int:
         """Filler tokens a probe should add to a step of `batch_size` requests and
         `step_tokens` tokens so far (default: one each) to bring it to the smallest knot
-        not yet settled (0: none is needed), no further than one tile past the frontier.
+        not yet settled, else the smallest stale one (0: none is needed), no further than
+        one tile past the frontier, and none once the probes have spent their budget
+        (`probe_budget_left_ms`): refreshing the small knots never starves a larger one.
 
         >>> live = LiveCostProfile(None, min_samples=1)
         >>> live.add(1, 1, 10.0); live.wanted_probe(1, 0)
@@ -233,17 +282,22 @@ class LiveCostProfile:
         7
         """
         used = batch_size if step_tokens is None else step_tokens
+        if self.probe_budget_left_ms(batch_size) <= 0:
+            return 0
         per_b = self._samples.get(batch_size, {})
         reach = self.frontier(batch_size) + self.tile_tokens + 1
+        stale = 0  # the smallest stale knot: probed when no knot is unsettled
         for total in self.knots(batch_size):
             if total <= used:
                 continue
             if total > reach:
-                return 0
-            stale = step - self._last_step.get((batch_size, total), -(10**9)) > self.refresh_steps
-            if stale or not self._settled(per_b.get(total)):
+                break
+            if not self._settled(per_b.get(total)):
                 return total - used
-        return 0
+            age = step - self._last_step.get((batch_size, total), 0)
+            if not stale and age > self.refresh_steps:
+                stale = total
+        return stale - used if stale else 0
 
     def _curve(self, batch_size: int) -> list[tuple[int, float]]:
         curve = self._curves.get(batch_size)
@@ -336,6 +390,8 @@ class LiveCostProfile:
             "provisional": self.provisional,
             "tile_tokens": self.tile_tokens,
             "live_samples": self.num_samples,
+            "probes": self.num_probes,
+            "probe_share": round(self.probe_extra_ms / max(self.decode_ms, 1e-9), 4),
             "live_samples_by_batch_size": live,
             "step_cost": costs,
         }

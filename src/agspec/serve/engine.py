@@ -254,15 +254,15 @@ class Engine:
         return names
 
     def _observe_step(
-        self, batch_size: int, total_tokens: int, ms: float, *, probe: bool = False
+        self, batch_size: int, total_tokens: int, ms: float, *, filler: int = 0
     ) -> None:
-        """A timed decoding step (worker thread; `probe`: it carried a probe's filler): a
+        """A timed decoding step (worker thread; `filler`: the tokens of a probe it carried): a
         live cost sample; every 16 steps the drafter is repriced if the live curve moved."""
         live = self.live_cost
         if live is None:
             return
         step = self.loop.num_steps
-        live.add(batch_size, total_tokens, ms, step=step, probe=probe)
+        live.add(batch_size, total_tokens, ms, step=step, probe=filler > 0, filler=filler)
         if step % 16 == 0:
             self._refresh_cost()
 
