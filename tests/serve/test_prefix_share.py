@@ -176,3 +176,39 @@ def test_a_prompt_starts_from_a_busy_slots_cells(model_path, reference, llm) -> 
     assert shared >= 100
     assert got["reused_prompt_tokens"] == shared
     assert copies == 1
+
+
+def test_a_store_that_holds_one_entry_restores_before_it_saves(model_path, reference, llm):
+    """A store with room for one saved cache: session a's call 2 restores a's entry, and
+    saving the slot's cache of session b, which that cuts, must not drop a's entry first
+    (it did: the worker thread died on the missing entry and every later request hung)."""
+
+    def run(srv: ServerProcess) -> tuple[dict[str, Any], dict[str, Any]]:
+        got = {name + "1": chat(srv, first_call(name), user=f"s-{name}") for name in ("a", "b")}
+        after_b1 = httpx.get(f"{srv.url}/health", timeout=30).json()["kv_store"]
+        msgs = next_call(first_call("a"), got["a1"].choices[0].message.content)
+        got["a2"] = chat(srv, msgs, user="s-a", timeout=120)
+        got["b1-again"] = chat(srv, first_call("b"), user="s-b2", timeout=120)
+        return got, after_b1
+
+    sizer = _start(["--parallel", "1"])  # how big the two entries are
+    try:
+        _, after_b1 = run(sizer)
+        size_b = httpx.get(f"{sizer.url}/health", timeout=30).json()["kv_store"]["bytes"]
+    finally:
+        assert sizer.stop() == 0
+    size_a = after_b1["bytes"]
+    assert after_b1["entries"] == 1 and size_a > 0 and size_b > 0
+    budget = max(size_a, size_b) + min(size_a, size_b) // 2  # either alone, never both
+    srv = _start(["--parallel", "1", "--kv-store", str(budget)])
+    try:
+        got, _ = run(srv)
+        restored = metric(srv, 'agspec_kv_restores_total{result="ok"}')
+        assert httpx.get(f"{srv.url}/health", timeout=30).json()["status"] == "ok"
+    finally:
+        assert srv.stop() == 0
+    assert restored >= 1
+    ref_a2 = chat(reference, next_call(first_call("a"), got["a1"].choices[0].message.content))
+    same(llm, ref_a2, got["a2"])
+    held = (info(got["a1"])["prompt_ids"] + info(got["a1"])["output_ids"])[:-1]
+    assert info(got["a2"])["reused_prompt_tokens"] == cpl(held, info(got["a2"])["prompt_ids"][:-1])

@@ -179,7 +179,30 @@ class BatchLoop:
             nxt = eng._pop_waiting()
             if nxt is None:
                 return
-            self._start(nxt, self._pick_slot(free, nxt.prompt_ids))
+            slot = self._pick_slot(free, nxt.prompt_ids)
+            try:
+                self._start(nxt, slot)
+            except Exception as exc:  # one request's admission never takes the worker down
+                log.exception("admitting a request failed")
+                self._fail_admission(nxt, slot, exc)
+
+    def _fail_admission(self, job: Job, slot: int, exc: Exception) -> None:
+        """`_start` raised: the request gets a 500, its session is forgotten, and the slot
+        is freed with its cache dropped (a restore or copy may have stopped half way)."""
+        eng = self.engine
+        r = self.slots[slot]
+        if r is not None and r.job is job:
+            self.slots[slot] = None
+        try:
+            self.decoder.keep(slot, 0)
+        except Exception:
+            log.exception("dropping the slot's cache failed")
+        self._owner[slot] = None
+        eng.metrics.running.set(self.num_running)
+        eng.running = self.num_running
+        eng.fail_session(job.resolution.session_id)
+        why = f"admitting the request failed: {type(exc).__name__}: {exc}"
+        job.emit(eng._failed(APIError(500, why, type="server_error")))
 
     def _pick_slot(self, free: list[int], prompt: list[int]) -> int:
         """The free slot whose cache this prompt continues most: the longest common
@@ -255,8 +278,10 @@ class BatchLoop:
         key, stored = store.best(want) if store is not None else (-1, 0)
         if stored > most and stored >= own + MIN_SHARED_TOKENS:
             assert store is not None
+            # Taken before this slot's cache is saved: that save may drop it to fit.
+            entry = store.take(key)
             self._save_before_cut(slot, 0, sid)
-            ok = dec.restore(slot, store.take(key))
+            ok = dec.restore(slot, entry)
             m.kv_restores.labels("ok" if ok else "failed").inc()
         elif src >= 0 and most >= own + MIN_SHARED_TOKENS:
             self._save_before_cut(slot, 0, sid)
