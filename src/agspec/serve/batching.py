@@ -140,8 +140,11 @@ class BatchLoop:
     def run(self) -> None:
         eng = self.engine
         while True:
-            eng._drain_expired()
-            self._admit()
+            try:
+                eng._drain_expired()
+                self._admit()
+            except Exception:  # bookkeeping between steps never stops the worker either
+                log.exception("ending sessions or admitting requests failed")
             if self.num_running == 0:
                 if eng._should_exit():
                     return
