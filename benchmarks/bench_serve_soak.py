@@ -69,7 +69,7 @@ class Soak:
         body_base = {"model": self.args.model, "temperature": 0,
                      "max_tokens": self.args.max_tokens}  # fmt: skip
         passes = 0
-        with httpx.Client(timeout=900) as http:
+        with httpx.Client(timeout=300) as http:  # a server that stops answering is an error
             while time.monotonic() < self.stop_at:
                 session = self.sessions[(i + passes) % len(self.sessions)]
                 user = f"soak-{i}-{passes}"

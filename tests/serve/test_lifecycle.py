@@ -203,6 +203,46 @@ def test_ten_thousand_sessions_keep_memory_bounded(model_path) -> None:
     assert now - base < 2 << 20, f"Python heap grew {(now - base) / 1e6:.1f} MB"
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_stopped_worker_fails_what_waits_and_refuses_what_comes(model_path) -> None:
+    """Should the decode worker ever stop on an error (the loop survives a failing step or
+    admission, so this takes a loop that raises), no request is left waiting for it: the
+    queued one gets a 503, and so does every later one."""
+    import threading
+
+    from agspec.serve.engine import Engine, EngineConfig, Failed, Job
+    from agspec.serve.schema import APIError, SamplingParams
+
+    engine = Engine(EngineConfig(model=MODEL, threads=1, n_ctx=256, drafter="none"),
+                    progress=lambda msg: None)  # fmt: skip
+    go = threading.Event()
+
+    def broken_run() -> None:
+        go.wait(30)
+        raise RuntimeError("a bug in the loop")
+
+    engine.loop.run = broken_run  # type: ignore[method-assign]
+    got: list[object] = []
+    msgs = [{"role": "user", "content": "hello"}]
+
+    def job() -> Job:
+        sampling = SamplingParams(max_tokens=4, temperature=0.0, top_p=1.0, top_k=0,
+                                  seed=None, stop=())  # fmt: skip
+        return Job(prompt_ids=[1, 2, 3], sampling=sampling, emit=got.append, agent="a",
+                   resolution=engine.resolver.resolve_messages(msgs))  # fmt: skip
+
+    engine.submit(job())
+    engine.start()
+    go.set()
+    assert engine._thread is not None
+    engine._thread.join(30)
+    assert not engine._thread.is_alive() and engine.worker_failed
+    assert len(got) == 1 and isinstance(got[0], Failed) and got[0].error.status == 503
+    with pytest.raises(APIError) as e:
+        engine.submit(job())
+    assert e.value.status == 503 and "decode worker stopped" in str(e.value)
+
+
 def _own_rss() -> int:
     with open("/proc/self/status", encoding="utf-8") as f:
         for line in f:

@@ -38,6 +38,7 @@ class StandInEngine:
         self.n_ctx = 16
         self.llm = SimpleNamespace(n_vocab=lambda: 100)
         self.failed: list[str] = []
+        self.worker_failed = False
 
     def model_names(self) -> set[str]:
         return {"m", "alias"}
@@ -83,6 +84,13 @@ def test_every_route_once() -> None:
         ("GET", "/v1/models/{model_id:path}"), ("POST", "/v1/chat/completions"),
         ("POST", "/v1/completions"),
     ]  # fmt: skip
+
+
+def test_health_says_when_the_decode_worker_stopped(stand_in: Any) -> None:
+    engine, c = stand_in
+    engine.worker_failed = True
+    r = c.get("/health")
+    assert r.status_code == 503 and r.json()["status"] == "worker_stopped"
 
 
 def error(r: Any) -> tuple[int, str, str | None, str | None]:

@@ -222,6 +222,7 @@ class Engine:
         self._cond = threading.Condition()
         self._stopping = False
         self._accepting = True
+        self.worker_failed = False  # the decode worker stopped on an error it could not survive
         self._abort = threading.Event()
         self._thread: threading.Thread | None = None
         self._recent_s: collections.deque[float] = collections.deque(maxlen=16)
@@ -321,6 +322,8 @@ class Engine:
         return len(self._waiting)
 
     def submit(self, job: Job) -> None:
+        if self.worker_failed:
+            raise _worker_stopped()
         if not self._accepting:
             raise APIError(
                 503, "the server is shutting down", type="server_error", code="shutting_down"
@@ -370,7 +373,20 @@ class Engine:
     # --- the worker's side of the queue (called by `BatchLoop` on the worker thread) -------
 
     def _work(self) -> None:
-        self.loop.run()
+        try:
+            self.loop.run()
+        except BaseException:
+            # Not expected (the loop survives a failing step or admission): no request is
+            # left waiting for a worker that is gone, and /health says so.
+            log.exception("the decode worker stopped")
+            self.worker_failed = True
+            with self._cond:
+                jobs = list(self._waiting)
+                self._waiting.clear()
+            jobs += [r.job for r in self.loop.slots if r is not None]
+            for job in jobs:
+                job.emit(self._failed(_worker_stopped()))
+            raise
 
     def _should_exit(self) -> bool:
         """Nothing runs: the worker may end once the server is closing and the queue is
@@ -529,6 +545,15 @@ class Engine:
                 },
             )  # fmt: skip
         job.emit(done)
+
+
+def _worker_stopped() -> APIError:
+    return APIError(
+        503,
+        "the server's decode worker stopped on an error (see the server log): restart the server",
+        type="server_error",
+        code="worker_stopped",
+    )
 
 
 def _check_batching(cfg: EngineConfig) -> None:

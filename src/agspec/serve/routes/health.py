@@ -19,9 +19,11 @@ def health_router(ctx: RouteContext) -> APIRouter:
     router = APIRouter()
 
     @router.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health(response: Response) -> dict[str, Any]:
+        if engine.worker_failed:  # nothing can be served: a load balancer should know
+            response.status_code = 503
         return {
-            "status": "ok",
+            "status": "worker_stopped" if engine.worker_failed else "ok",
             "model": engine.model_name,
             "drafter": engine.config.drafter,
             "queue_depth": engine.queue_depth,
