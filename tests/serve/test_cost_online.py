@@ -86,14 +86,18 @@ def feed(
 @pytest.mark.parametrize("cost", [xeon, smooth], ids=["xeon-staircase", "smooth"])
 @pytest.mark.parametrize("prior", [None, "wrong"], ids=["no-prior", "wrong-prior"])
 def test_live_prices_match_the_true_curve(cost, prior) -> None:
-    """Wherever the rule drafts or probes (up to one tile past its longest draft), the
-    live prices are the true ones within 4%; with a wrong prior the rule climbs there
-    from one-token steps, a tile at a time."""
+    """Wherever the rule drafts or the probes have measured (up to one tile past its
+    longest draft), the live prices are the true ones within 4%; with a wrong prior the
+    rule climbs there from one-token steps, a tile at a time."""
     live = LiveCostProfile(wrong_prior() if prior else None, max_tokens=MAX_TOKENS)
     largest = feed(live, cost, 2000, draft_p=0.99)
     assert largest >= 13  # the true curves' best lengths for p = 0.99 lie past 12
     reach = live.frontier(1) + live.tile_tokens + 1
-    for n in range(1, min(reach, MAX_TOKENS) + 1):
+    # As far as the probes have measured (their budget spreads them out: the sizes past
+    # the frontier are measured a few at a time).
+    measured = max(t for t, q in live._samples[1].items() if len(q) >= live.min_samples)
+    assert measured >= live.frontier(1)
+    for n in range(1, min(reach, measured, MAX_TOKENS) + 1):
         got, want = live.step_cost(n, 1), cost(n)
         assert abs(got - want) <= 0.04 * want, f"n={n}: live {got:.3f}, true {want:.3f}"
     assert live.step_cost(1, 1) == 1.0
@@ -288,3 +292,19 @@ def test_a_knot_that_spreads_for_good_is_settled() -> None:
     live.add(1, 2, times[-1], probe=True, filler=1)
     assert live.wanted_probe(1, 0) == 0
     assert live.step_cost(2, 1) == pytest.approx(1.3)  # priced by the fastest group
+
+
+def test_samples_are_read_against_the_steps_around_them() -> None:
+    """Drafted steps that all fall in busy spells (the machine 2.5x slower for 100 steps
+    in every 400, and the agent copying a file just then) are priced against the
+    one-token steps beside them, not against the quiet ones: 8 tokens cost their true
+    2.87 steps, not the 7.2 their busy times over a quiet step would say."""
+    live = LiveCostProfile(None, max_tokens=9)
+    rng = random.Random(5)
+    for step in range(1, 4001):
+        busy = step % 400 >= 300
+        n = 8 if busy and step % 5 else 1  # drafts of 7 only while busy
+        ms = STEP_MS * xeon(n) * rng.uniform(0.97, 1.03) * (2.5 if busy else 1.0)
+        live.add(1, n, ms, step=step)
+    assert live.step_cost(8, 1) == pytest.approx(xeon(8), rel=0.05)
+    assert live.step_time_ms(1, 1) == pytest.approx(STEP_MS, rel=0.05)

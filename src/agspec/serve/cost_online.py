@@ -35,6 +35,14 @@ several steps each (at four requests a 68-token probe costs about three). A curv
 turns out cheaper there lets the rule draft longer, real steps reach the new sizes and the
 frontier moves up a tile at a time.
 
+A step's time depends on more than its size: on how busy the machine is and on how long
+the requests' contexts are, and both drift. So a sample of a step larger than one token
+per request is read against the steps around it: divided by `conditions` (the median of
+the last `BASE_STEPS` one-token steps over the curve's one-token time), it is what that
+step would have taken when the one-token steps took the curve's time. A profile whose
+few large samples all fell in a busy spell, or in the longest contexts, would otherwise
+price every draft far too high and, being kept monotone, every smaller one with it.
+
 Probes cost time: a filler token is verified like a draft token that is never accepted.
 So the probes' extra time (a probe step's time less the live price of the same step
 without its filler) is kept within `PROBE_SHARE` of all the decoding time timed, plus an
@@ -74,6 +82,8 @@ SUMMARY_TOKENS = (2, 4, 5, 8, 9, 16, 17)
 # allowance of this many one-token steps.
 PROBE_SHARE = 0.02
 PROBE_ALLOWANCE_STEPS = 16.0
+# A larger step's time is read against the median of this many last one-token steps.
+BASE_STEPS = 8
 # A knot with this many times `min_samples` samples is settled however they spread.
 SETTLE_AFTER = 3
 
@@ -161,6 +171,8 @@ class LiveCostProfile:
         self._curves: dict[int, list[tuple[int, float]]] = {}  # B -> [(T, ms)], monotone
         self._prices: dict[int, dict[int, float]] = {}  # B -> T -> ms, read off the curve
         self._knots: dict[int, list[int]] = {}
+        # B -> the times of the last BASE_STEPS steps of one token per request.
+        self._base_recent: dict[int, collections.deque[float]] = {}
         # B -> total tokens of the last FRONTIER_STEPS steps run without a probe.
         self._unprobed: dict[int, collections.deque[int]] = {}
         self.num_samples = 0
@@ -187,10 +199,18 @@ class LiveCostProfile:
         if batch_size < 1 or total_tokens < batch_size or not ms > 0:
             return
         self.decode_ms += ms
+        if total_tokens == batch_size:
+            base = self._base_recent.get(batch_size)
+            if base is None:
+                base = self._base_recent[batch_size] = collections.deque(maxlen=BASE_STEPS)
+            base.append(float(ms))
+            scale = 1.0
+        else:
+            scale = self.conditions(batch_size)
         if probe:
             self.num_probes += 1
             if 0 < filler <= total_tokens - batch_size:
-                without = self._price(total_tokens - filler, batch_size)
+                without = self._price(total_tokens - filler, batch_size) * scale
                 self.probe_extra_ms += max(0.0, ms - without)
         else:
             recent = self._unprobed.get(batch_size)
@@ -201,13 +221,36 @@ class LiveCostProfile:
         q = per_b.get(total_tokens)
         if q is None:
             q = per_b[total_tokens] = collections.deque(maxlen=self.window)
-        q.append(float(ms))
+        q.append(float(ms) / scale)
         self._last_step[(batch_size, total_tokens)] = step
         self.num_samples += 1
         if len(q) >= self.min_samples:
             self._curves.pop(batch_size, None)
             self._prices.pop(batch_size, None)
             self.version += 1
+
+    def conditions(self, batch_size: int) -> float:
+        """How much slower a step runs now than the curve's own one-token-per-request
+        time: the median of the last `BASE_STEPS` such steps at `batch_size` over the
+        curve's (1.0 until both exist). A larger step's sample is divided by it, so that
+        it is priced against the steps around it, not against steps taken when the
+        machine was quieter or the context shorter.
+
+        >>> live = LiveCostProfile(None, min_samples=1)
+        >>> live.add(1, 1, 10.0); live.add(1, 1, 20.0); live.add(1, 1, 20.0)
+        >>> live.conditions(1)   # the curve's one-token time is its quiet sample, 10 ms
+        2.0
+        >>> live.add(1, 4, 30.0); live.step_cost(4, 1)   # 30 ms when one token took 20
+        1.5
+        """
+        recent = self._base_recent.get(batch_size)
+        q = self._samples.get(batch_size, {}).get(batch_size)
+        if not recent or q is None or len(q) < self.min_samples:
+            return 1.0
+        quiet = quiet_group(q)
+        if not quiet:
+            return 1.0
+        return max(1e-3, statistics.median(recent) / statistics.median(quiet))
 
     def knots(self, batch_size: int) -> list[int]:
         """The step sizes (total tokens) measured at `batch_size`: where the cost model
