@@ -40,7 +40,7 @@ at larger batches Σ p − price(n) at the batch's prices. Where a wider tree do
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
 from agspec.policy.cost_length import best_length, best_length_at_prices
@@ -48,6 +48,8 @@ from agspec.policy.cost_length import best_length, best_length_at_prices
 __all__ = [
     "BranchRates",
     "BranchTrie",
+    "FlatTries",
+    "flatten_tries",
     "merge_branches",
     "merge_candidates",
     "node_probabilities",
@@ -58,6 +60,14 @@ __all__ = [
 # A merged trie: (tokens, parents, support, branch_of, origin), as `merge_candidates`
 # (and the native `continuation_tries`, its batched twin) return it.
 BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
+
+# Many merged tries in seven lists, tree after tree: (tokens, parents, support, branch_of,
+# origin, node_starts, origin_starts), as the native `continuation_tries_flat` returns them
+# (tree t's nodes are node_starts[t] .. node_starts[t + 1] - 1, its parents counted within
+# it; its origin origin_starts[t] .. origin_starts[t + 1] - 1). `flatten_tries` makes it.
+FlatTries: TypeAlias = tuple[
+    list[int], list[int], list[int], list[int], list[int], list[int], list[int]
+]
 
 # Supports above this share one rate (a node most candidates agree on).
 MAX_SUPPORT_BUCKET = 4
@@ -207,6 +217,21 @@ def merge_candidates(
     return tokens, parents, support, branch_of, [-1, *(k for _, (k, _) in ranked)]
 
 
+def flatten_tries(tries: Sequence[BranchTrie]) -> FlatTries:
+    """The tries in seven lists, tree after tree (`FlatTries`).
+
+    >>> flatten_tries([([7, 8], [-1, 0], [1, 1], [0, 0], [-1]), ([5], [-1], [2], [1], [-1, 0])])
+    ([7, 8, 5], [-1, 0, -1], [1, 1, 2], [0, 0, 1], [-1, -1, 0], [0, 2, 3], [0, 1, 3])
+    """
+    out: FlatTries = ([], [], [], [], [], [0], [0])
+    for trie in tries:
+        for field, values in zip(out, trie):
+            field.extend(values)
+        out[5].append(len(out[0]))
+        out[6].append(len(out[4]))
+    return out
+
+
 def node_probabilities(
     parents: Sequence[int],
     support: Sequence[int],
@@ -291,8 +316,8 @@ def size_tree(
 
 
 def size_trees_at_prices(
-    tries: Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]],
-    curves: Sequence[Sequence[Sequence[float]]],
+    tries: Iterable[tuple[Sequence[int], Sequence[int], Sequence[int]]],
+    curves: Iterable[Sequence[Sequence[float]]],
     rates: Sequence[Sequence[float]],
     budgets: Sequence[int],
     prices: Sequence[float],
