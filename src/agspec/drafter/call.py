@@ -448,15 +448,24 @@ class AgSpecCall:
         assert self._tree is not None
         tree, support = self._tree
         tokens, parents = tree.token_ids, tree.parents
-        kids: dict[int, list[int]] = {}
-        for i, par in enumerate(parents):
-            kids.setdefault(par, []).append(i)
+        m = len(parents)
         seen: list[tuple[int, bool]] = []
         node = -1
         n = len(committed)
         for d in range(n):
             want = committed[d]
-            group = kids.get(node, [])
+            nxt = node + 1
+            if nxt < m and parents[nxt] == node and tokens[nxt] == want:
+                # The node's first child (nodes are in topological order: a child of
+                # `node` at node + 1 is its first) is right: no alternative was tried.
+                node = nxt
+                continue
+            # The node's children, in node order (every child comes after its parent).
+            group: list[int] = []
+            for _ in range(parents.count(node)):
+                nxt = parents.index(node, nxt)
+                group.append(nxt)
+                nxt += 1
             nxt = next((i for i in group if tokens[i] == want), -1)
             if group and tokens[group[0]] != want:
                 for i in group[1:]:  # in rank order: the order their branches came
