@@ -219,10 +219,17 @@ def _grow_trees(
     chain_curves: list[list[float]] = []  # [num_trees]
     budgets: list[int] = []  # [num_trees] node budget
     top = server.tree_max_nodes
+    # `tree_curve` depends on the agent, match and chain length and the budget alone
+    # while the step proposes (nothing observes): asked once per distinct four.
+    curve_of: dict[tuple[str, int, int, int], list[float] | None] = {}
     for i, (call, chain, k) in enumerate(zip(calls, chains, caps)):
         if chain:
             budget = k if k < top else top
-            curve = call.tree_curve(chain, budget)
+            asked = (call.agent, call.last_match_length, len(chain), budget)
+            if asked in curve_of:
+                curve = curve_of[asked]
+            else:
+                curve = curve_of[asked] = call.tree_curve(chain, budget)
             if curve is not None:
                 grown.append(i)
                 chain_curves.append(curve)

@@ -584,12 +584,14 @@ class AgSpecCall:
         if tree is not None:
             # A tree draft: the committed tokens follow one root path (checked); the chain
             # (first branch) had `chain_accept` of them.
+            ints = type(committed) is list  # a list of ints passes as it is
             for tok in committed:
-                if type(tok) is not int and (
-                    isinstance(tok, bool) or not isinstance(tok, (int, np.integer))
-                ):
-                    raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
-            committed = [int(t) for t in committed]
+                if type(tok) is not int:
+                    if isinstance(tok, bool) or not isinstance(tok, (int, np.integer)):
+                        raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
+                    ints = False
+            if not ints:
+                committed = [int(t) for t in committed]
             chain_accept = self._tree_path(committed, feed_rates)
         elif n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
             raise ValueError(
