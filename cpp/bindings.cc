@@ -379,7 +379,19 @@ NB_MODULE(_native, m) {
                                    max_occurrences, n, ranks.data(), counts.data(), firsts.data(),
                                    counts.size(), tries.data());
         agspec::BranchTrie flat;
+        size_t num_nodes = 0, num_origins = 0;
+        for (const agspec::BranchTrie& t : tries) {
+          num_nodes += t.tokens.size();
+          num_origins += t.origin.size();
+        }
+        flat.tokens.reserve(num_nodes);
+        flat.parents.reserve(num_nodes);
+        flat.support.reserve(num_nodes);
+        flat.branch_of.reserve(num_nodes);
+        flat.origin.reserve(num_origins);
         std::vector<int32_t> node_starts{0}, origin_starts{0};
+        node_starts.reserve(tries.size() + 1);
+        origin_starts.reserve(tries.size() + 1);
         for (const agspec::BranchTrie& t : tries) {
           flat.tokens.insert(flat.tokens.end(), t.tokens.begin(), t.tokens.end());
           flat.parents.insert(flat.parents.end(), t.parents.begin(), t.parents.end());
