@@ -317,7 +317,8 @@ def _grow_trees(
     # step's prices in one pass (`size_trees_at_prices`), then each kept in its call.
     survival = server.lengths.survival
     rates = server.branch_rates
-    by_match: dict[tuple[str, int, int], list[float]] = {}
+    # (agent, depth) -> match -> the curve of a branch from a corpus with that match
+    by_match: dict[tuple[str, int], dict[int, list[float]]] = {}
     by_agent: dict[str, list[float]] = {}  # q_a of each agent (nothing observes meanwhile)
     sized: list[int] = []  # the trees sized (t)
     branch_curves: list[list[float]] = []  # every sized tree's branches' curves, in turn
@@ -334,11 +335,14 @@ def _grow_trees(
         ls_at = length_at[t]
         s_at = slot_at[t]
         branch_curves.append(chain_curves[t])
+        of_match = by_match.get((agent, depth))
+        if of_match is None:
+            of_match = by_match[agent, depth] = {}
         for k in range(o, o_end):
-            key = (agent, lengths[ls_at + flat_slots[s_at + origin[k]]], depth)
-            c = by_match.get(key)
+            m = lengths[ls_at + flat_slots[s_at + origin[k]]]
+            c = of_match.get(m)
             if c is None:
-                c = by_match[key] = survival.curve(agent, key[1], depth)[:depth]
+                c = of_match[m] = survival.curve(agent, m, depth)[:depth]
             branch_curves.append(c)
         curve_at.append(len(branch_curves))
         sized.append(t)

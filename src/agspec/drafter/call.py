@@ -466,12 +466,19 @@ class AgSpecCall:
                 nxt = parents.index(node, nxt)
                 group.append(nxt)
                 nxt += 1
-            nxt = next((i for i in group if tokens[i] == want), -1)
-            if group and tokens[group[0]] != want:
-                for i in group[1:]:  # in rank order: the order their branches came
-                    seen.append((support[i], tokens[i] == want))
-                    if tokens[i] == want:
-                        break
+            # The first right child; where the first child was wrong, the alternatives
+            # tried, in rank order (the order their branches came), until the right one.
+            nxt = -1
+            if group:
+                if tokens[group[0]] == want:
+                    nxt = group[0]
+                else:
+                    for i in group[1:]:
+                        right = tokens[i] == want
+                        seen.append((support[i], right))
+                        if right:
+                            nxt = i
+                            break
             if nxt < 0:
                 if d < n - 1:
                     raise ValueError(
