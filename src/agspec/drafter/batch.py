@@ -213,7 +213,7 @@ def _grow_trees(
 
     Per-tree data lives in flat lists indexed by tree (t), not in tuples per tree: a
     batch step of trees otherwise makes hundreds of small objects that live through the
-    step and set off the garbage collector nearly every step."""
+    step and set off the garbage collector every few steps."""
     n = len(calls)
     grown: list[int] = []  # [num_trees] the request of each tree that may beat its chain
     chain_curves: list[list[float]] = []  # [num_trees]
@@ -221,15 +221,15 @@ def _grow_trees(
     top = server.tree_max_nodes
     # `tree_curve` depends on the agent, match and chain length and the budget alone
     # while the step proposes (nothing observes): asked once per distinct four.
-    curve_of: dict[tuple[str, int, int, int], list[float] | None] = {}
+    bounds: dict[tuple[str, int, int, int], list[float] | None] = {}
     for i, (call, chain, k) in enumerate(zip(calls, chains, caps)):
         if chain:
             budget = k if k < top else top
             asked = (call.agent, call.last_match_length, len(chain), budget)
-            if asked in curve_of:
-                curve = curve_of[asked]
+            if asked in bounds:
+                curve = bounds[asked]
             else:
-                curve = curve_of[asked] = call.tree_curve(chain, budget)
+                curve = bounds[asked] = call.tree_curve(chain, budget)
             if curve is not None:
                 grown.append(i)
                 chain_curves.append(curve)
