@@ -351,8 +351,12 @@ NB_MODULE(_native, m) {
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"));
   // A token tree's candidates (cpp/index/branch_trie.h): every candidate continuation
-  // copied as continuation_batch does (one set per tree), then one trie per tree, as
-  // (tokens, parents, support, branch_of, origin) lists.
+  // copied as continuation_batch does (one set per tree), then one trie per tree. The
+  // tries come back flat, tree after tree, in seven lists: (tokens, parents, support,
+  // branch_of, origin, node_starts, origin_starts); tree t's nodes are node_starts[t] ..
+  // node_starts[t + 1] - 1 of the first four (parents and branch_of counted within the
+  // tree), its origin origin_starts[t] .. origin_starts[t + 1] - 1 of the fifth. Seven
+  // lists for a whole batch, not five per tree: fewer Python objects to make and collect.
   m.def(
       "continuation_tries",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
@@ -374,12 +378,34 @@ NB_MODULE(_native, m) {
         agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(),
                                    max_occurrences, n, ranks.data(), counts.data(), firsts.data(),
                                    counts.size(), tries.data());
-        nb::list out;
-        for (agspec::BranchTrie& t : tries) {
-          out.append(nb::make_tuple(std::move(t.tokens), std::move(t.parents), std::move(t.support),
-                                    std::move(t.branch_of), std::move(t.origin)));
+        agspec::BranchTrie flat;
+        size_t num_nodes = 0, num_origins = 0;
+        for (const agspec::BranchTrie& t : tries) {
+          num_nodes += t.tokens.size();
+          num_origins += t.origin.size();
         }
-        return out;
+        flat.tokens.reserve(num_nodes);
+        flat.parents.reserve(num_nodes);
+        flat.support.reserve(num_nodes);
+        flat.branch_of.reserve(num_nodes);
+        flat.origin.reserve(num_origins);
+        std::vector<int32_t> node_starts{0}, origin_starts{0};
+        node_starts.reserve(tries.size() + 1);
+        origin_starts.reserve(tries.size() + 1);
+        for (const agspec::BranchTrie& t : tries) {
+          flat.tokens.insert(flat.tokens.end(), t.tokens.begin(), t.tokens.end());
+          flat.parents.insert(flat.parents.end(), t.parents.begin(), t.parents.end());
+          flat.support.insert(flat.support.end(), t.support.begin(), t.support.end());
+          flat.branch_of.insert(flat.branch_of.end(), t.branch_of.begin(), t.branch_of.end());
+          flat.origin.insert(flat.origin.end(), t.origin.begin(), t.origin.end());
+          node_starts.push_back(int32_t(flat.tokens.size()));
+          origin_starts.push_back(int32_t(flat.origin.size()));
+        }
+        using Ints = std::vector<int32_t>;
+        return std::tuple<std::vector<Token>, Ints, Ints, Ints, Ints, Ints, Ints>(
+            std::move(flat.tokens), std::move(flat.parents), std::move(flat.support),
+            std::move(flat.branch_of), std::move(flat.origin), std::move(node_starts),
+            std::move(origin_starts));
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));

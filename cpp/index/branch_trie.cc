@@ -20,6 +20,17 @@ class TrieBuilder {
  public:
   explicit TrieBuilder(BranchTrie& t) : t_(t) {}
 
+  // Room for `nodes` nodes in every per-node array (at most the branches' total length).
+  void reserve(size_t nodes) {
+    t_.tokens.reserve(nodes);
+    t_.parents.reserve(nodes);
+    t_.support.reserve(nodes);
+    t_.branch_of.reserve(nodes);
+    next_.reserve(nodes);
+    first_child_.reserve(nodes);
+    last_child_.reserve(nodes);
+  }
+
   void add(const std::vector<Token>& branch, int32_t weight, int32_t index) {
     int32_t node = -1;
     size_t j = 0;
@@ -90,6 +101,10 @@ BranchTrie merge_branches(const std::vector<Token>& first, const std::vector<Tok
                    [&](size_t a, size_t b) { return ranks[kept[a]] < ranks[kept[b]]; });
   BranchTrie t;
   TrieBuilder builder(t);
+  size_t nodes = first.size();
+  for (const size_t k : kept) nodes += candidates[k].size();
+  builder.reserve(nodes);
+  t.origin.reserve(kept.size() + 1);
   t.origin.push_back(-1);
   builder.add(first, 1, 0);
   for (size_t b = 0; b < order.size(); ++b) {

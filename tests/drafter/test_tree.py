@@ -149,6 +149,66 @@ def test_tree_adds_the_other_occurrence_after_the_chain():
     assert [a - b for a, b in zip(survived[:5], prior[1][:5])] == [1, 0, 0, 0, 0]
 
 
+class _Rates:
+    """Records what a tree's accept feeds the alternatives' rates."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    def observe(self, agent: str, support: int, right: bool) -> None:
+        self.seen.append((support, right))
+
+
+def _path_oracle(tree: DraftTree, support: list[int], committed: list[int]):
+    """Brute force of a tree accept's walk: the children of each node on the committed
+    path (every node scanned), the alternatives tried where the first child was wrong,
+    and whether the tokens are a root path plus one token (None when not)."""
+    seen = []
+    node = -1
+    for d, want in enumerate(committed):
+        group = [i for i in range(tree.num_nodes) if tree.parents[i] == node]
+        right = [i for i in group if tree.token_ids[i] == want]
+        if group and tree.token_ids[group[0]] != want:
+            for i in group[1:]:
+                seen.append((support[i], tree.token_ids[i] == want))
+                if tree.token_ids[i] == want:
+                    break
+        if not right:
+            return seen if d == len(committed) - 1 else None
+        node = right[0]
+    return seen
+
+
+@settings(max_examples=400, deadline=None)
+@given(trees_and_outputs(), st.data())
+def test_tree_accept_walk_against_brute_force(case, data):
+    # What accept learns from a tree (the alternatives tried on the committed path) and
+    # what it refuses, against every node scanned at every depth.
+    tree, reference, start = case
+    committed = reference[start:]
+    if data.draw(st.booleans()):  # often a root path plus one token
+        _, committed, _ = tree_commit(tree, reference, start)
+        committed = list(committed)
+    support = [data.draw(st.integers(1, 6)) for _ in range(tree.num_nodes)]
+    call = _two_occurrences(_server())
+    call.propose(4)
+    call._tree, call._draft = (tree, support), tree.first_branch()
+    rates = _Rates()
+    call.session.server.branch_rates = rates  # type: ignore[assignment]
+    want = _path_oracle(tree, support, committed)
+    if want is None:
+        with pytest.raises(ValueError, match="root path of the draft tree"):
+            call._tree_path(committed, True)
+        return
+    chain_accept = call._tree_path(committed, True)
+    assert rates.seen == want
+    first = tree.first_branch()
+    a = 0
+    while a < min(len(committed) - 1, len(first)) and committed[a] == first[a]:
+        a += 1
+    assert chain_accept == a
+
+
 def test_tree_accept_refuses_tokens_never_proposed():
     call = _two_occurrences(_server())
     call.propose_tree(8)

@@ -279,3 +279,24 @@ def test_native_tries_equal_merge_candidates(batch):
     for trie, n, first in zip(got, counts, firsts):
         assert trie == merge_candidates(first, conts[at : at + n], ranks[at : at + n])
         at += n
+
+
+@settings(max_examples=200, deadline=None)
+@given(candidate_batches())
+def test_flat_tries_are_the_tries_tree_after_tree(batch):
+    # The batch's seven lists (what step_batch reads) against each tree's own trie, and
+    # flatten_tries (the non-native engines' path) against the native flat lists.
+    from agspec.corpora.corpus_set import continuation_tries, continuation_tries_flat
+    from agspec.policy.tree_size import flatten_tries
+
+    tries = continuation_tries(*batch)
+    flat = continuation_tries_flat(*batch)
+    tokens, parents, support, branch_of, origin, node_at, origin_at = flat
+    assert len(node_at) == len(origin_at) == len(tries) + 1
+    assert node_at[0] == origin_at[0] == 0
+    for t, trie in enumerate(tries):
+        a, b = node_at[t], node_at[t + 1]
+        o, e = origin_at[t], origin_at[t + 1]
+        got = (tokens[a:b], parents[a:b], support[a:b], branch_of[a:b], origin[o:e])
+        assert got == trie
+    assert flatten_tries(tries) == flat

@@ -12,13 +12,14 @@ from agspec.corpora.corpus_set import (
     advance_batch_begin,
     continuation_batch,
     match_lengths_batch,
+    match_lengths_flat,
     match_picks_flat,
     prepare_batch,
 )
-from agspec.drafter.call import AgSpecCall, candidate_tries
+from agspec.drafter.call import AgSpecCall, candidate_tries, candidate_tries_flat
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
-from agspec.policy.tree_size import size_trees_at_prices
+from agspec.policy.tree_size import flatten_tries, size_trees_at_prices
 
 if TYPE_CHECKING:
     from agspec.drafter.server import AgSpecServer
@@ -206,38 +207,63 @@ def _grow_trees(
 ) -> list[DraftTree]:
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
     recorded) their chains: which trees may beat their chains, every match of those in
-    one native call, every candidate branch of every request in one more, then each
-    tree merged, scored and sized in the call (`AgSpecCall.take_tree`)."""
-    out = [DraftTree.chain(chain) for chain in chains]
-    grow: list[tuple[int, list[float], int]] = []  # (request, chain curve, node budget)
+    one native call, every candidate branch of every request in one more (the tries come
+    back in seven flat lists for the batch: `FlatTries`), then each tree scored and sized
+    (at the step's prices, all at once) and kept in its call.
+
+    Per-tree data lives in flat lists indexed by tree (t), not in tuples per tree: a
+    batch step of trees otherwise makes hundreds of small objects that live through the
+    step and set off the garbage collector every few steps."""
+    n = len(calls)
+    grown: list[int] = []  # [num_trees] the request of each tree that may beat its chain
+    chain_curves: list[list[float]] = []  # [num_trees]
+    budgets: list[int] = []  # [num_trees] node budget
     top = server.tree_max_nodes
+    # `tree_curve` depends on the agent, match and chain length and the budget alone
+    # while the step proposes (nothing observes): asked once per distinct four.
+    bounds: dict[tuple[str, int, int, int], list[float] | None] = {}
     for i, (call, chain, k) in enumerate(zip(calls, chains, caps)):
         if chain:
-            curve = call.tree_curve(chain, k if k < top else top)
+            budget = k if k < top else top
+            asked = (call.agent, call.last_match_length, len(chain), budget)
+            if asked in bounds:
+                curve = bounds[asked]
+            else:
+                curve = bounds[asked] = call.tree_curve(chain, budget)
             if curve is not None:
-                grow.append((i, curve, k if k < top else top))
-    if not grow:
-        return out
-    lengths = match_lengths_batch([sets[i] for i, _, _ in grow])
-    plans: list[tuple[list[int], int]] = []
-    tree_sets = [sets[i] for i, _, _ in grow]  # one per tree: its request's
+                grown.append(i)
+                chain_curves.append(curve)
+                budgets.append(budget)
+    if not grown:
+        return [DraftTree.chain(chain) for chain in chains]
+    tree_sets = [sets[i] for i in grown]  # one per tree: its request's
+    lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
+    length_at: list[int] = []  # [num_trees] where tree t's match lengths start
+    slot_at: list[int] = [0]  # [num_trees + 1] where tree t's candidates start
+    depths: list[int] = []  # [num_trees] how deep tree t's candidates go
     flat_slots: list[int] = []
     flat_depths: list[int] = []
     flat_rules: list[ContinuationRule] = []
     ranks: list[int] = []
-    for (i, _, budget), ls in zip(grow, lengths):
+    at = 0
+    for i, cs, budget in zip(grown, tree_sets, budgets):
+        num = len(cs.names)
+        ls = lengths[at : at + num]
         slots, rules, depth = calls[i].tree_candidates(ls, budget)
-        plans.append((slots, depth))
+        length_at.append(at)
+        at += num
+        depths.append(depth)
         flat_slots += slots
         flat_depths += [depth] * len(slots)
         flat_rules += rules
         # Candidates rank by their corpus's match, longest first (then as listed).
         ranks += [-ls[s] for s in slots]
-    counts = [len(slots) for slots, _ in plans]
-    firsts = [chains[i] for i, _, _ in grow]
-    occurrences = {calls[i].max_occurrences for i, _, _ in grow}
+        slot_at.append(len(flat_slots))
+    counts = [b - a for a, b in zip(slot_at, slot_at[1:])]
+    firsts = [chains[i] for i in grown]
+    occurrences = {calls[i].max_occurrences for i in grown}
     if len(occurrences) == 1:
-        tries = candidate_tries(
+        flat = candidate_tries_flat(
             tree_sets,
             flat_slots,
             flat_depths,
@@ -248,74 +274,110 @@ def _grow_trees(
             max_occurrences=occurrences.pop(),
         )
     else:
-        tries, at = [], 0
-        for (i, _, _), n, first in zip(grow, counts, firsts):
+        tries = []
+        for t, i in enumerate(grown):
+            a, b = slot_at[t], slot_at[t + 1]
             tries += candidate_tries(
                 [sets[i]],
-                flat_slots[at : at + n],
-                flat_depths[at : at + n],
-                flat_rules[at : at + n],
-                ranks[at : at + n],
-                [n],
-                [first],
+                flat_slots[a:b],
+                flat_depths[a:b],
+                flat_rules[a:b],
+                ranks[a:b],
+                [b - a],
+                [firsts[t]],
                 max_occurrences=calls[i].max_occurrences,
             )
-            at += n
+        flat = flatten_tries(tries)
+    tokens, parents, support, branch_of, origin, node_at, origin_at = flat
+    out: list[DraftTree | None] = [None] * n
     if not server.batch_cost_mode:
-        for (i, curve, budget), ls, (slots, depth), trie in zip(grow, lengths, plans, tries):
-            if slots:
-                out[i] = calls[i].take_tree(chains[i], curve, budget, ls, slots, trie, depth)
-        return out
+        for t, i in enumerate(grown):
+            if counts[t]:
+                a, b = node_at[t], node_at[t + 1]
+                trie = (
+                    tokens[a:b],
+                    parents[a:b],
+                    support[a:b],
+                    branch_of[a:b],
+                    origin[origin_at[t] : origin_at[t + 1]],
+                )
+                num = len(tree_sets[t].names)
+                out[i] = calls[i].take_tree(
+                    chains[i],
+                    chain_curves[t],
+                    budgets[t],
+                    lengths[length_at[t] : length_at[t] + num],
+                    flat_slots[slot_at[t] : slot_at[t + 1]],
+                    trie,
+                    depths[t],
+                )
+        return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
     # `AgSpecCall.take_tree` of every tree at once: each branch's curve (read once per
     # agent, match and depth: scoring only reads), then every tree scored and sized at the
     # step's prices in one pass (`size_trees_at_prices`), then each kept in its call.
     survival = server.lengths.survival
     rates = server.branch_rates
-    by_match: dict[tuple[str, int, int], list[float]] = {}
+    # (agent, depth) -> match -> the curve of a branch from a corpus with that match
+    by_match: dict[tuple[str, int], dict[int, list[float]]] = {}
     by_agent: dict[str, list[float]] = {}  # q_a of each agent (nothing observes meanwhile)
-    sized: list[int] = []  # index into grow of each tree sized
-    shapes: list[tuple[list[int], list[int], list[int]]] = []
-    curves: list[list[list[float]]] = []
+    sized: list[int] = []  # the trees sized (t)
+    branch_curves: list[list[float]] = []  # every sized tree's branches' curves, in turn
+    curve_at: list[int] = [0]  # where sized tree j's curves start in branch_curves
     tables: list[list[float]] = []
-    budgets: list[int] = []
+    sized_budgets: list[int] = []
     most = 0  # the most nodes any tree may keep: how far the prices must go
-    for g, ((i, curve, budget), ls, (slots, depth), trie) in enumerate(
-        zip(grow, lengths, plans, tries)
-    ):
-        if not slots:
-            continue
-        origin = trie[4]
-        if len(origin) == 1:  # no candidate adds a node
+    for t, i in enumerate(grown):
+        o, o_end = origin_at[t] + 1, origin_at[t + 1]
+        if not counts[t] or o == o_end:  # no candidate, or none adds a node
             continue
         agent = calls[i].agent
-        branch_curves = [curve]
-        for k in origin[1:]:
-            key = (agent, ls[slots[k]], depth)
-            c = by_match.get(key)
+        depth = depths[t]
+        ls_at = length_at[t]
+        s_at = slot_at[t]
+        branch_curves.append(chain_curves[t])
+        of_match = by_match.get((agent, depth))
+        if of_match is None:
+            of_match = by_match[agent, depth] = {}
+        for k in range(o, o_end):
+            m = lengths[ls_at + flat_slots[s_at + origin[k]]]
+            c = of_match.get(m)
             if c is None:
-                c = by_match[key] = survival.curve(agent, key[1], depth)[:depth]
+                c = of_match[m] = survival.curve(agent, m, depth)[:depth]
             branch_curves.append(c)
-        sized.append(g)
-        shapes.append((trie[1], trie[2], trie[3]))
-        curves.append(branch_curves)
+        curve_at.append(len(branch_curves))
+        sized.append(t)
         table = by_agent.get(agent)
         if table is None:
             table = by_agent[agent] = rates.table_for(agent)
         tables.append(table)
-        budgets.append(budget)
-        n = len(trie[0])
-        if (budget if budget < n else n) > most:
-            most = budget if budget < n else n
-    if not sized:
-        return out
-    # A node costs what a draft token costs in the batch (the chain rule's prices, at the
-    # tree's step costs; one list for the step: prices do not depend on how far they go).
-    prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
-    keeps = size_trees_at_prices(shapes, curves, tables, budgets, prices)
-    for g, keep in zip(sized, keeps):
-        i = grow[g][0]
-        out[i] = calls[i].keep_tree(chains[i], keep, tries[g])
-    return out
+        budget = budgets[t]
+        sized_budgets.append(budget)
+        num = node_at[t + 1] - node_at[t]
+        if (budget if budget < num else num) > most:
+            most = budget if budget < num else num
+    if sized:
+        # A node costs what a draft token costs in the batch (the chain rule's prices, at
+        # the tree's step costs; one list for the step: prices do not depend on how far
+        # they go). Each tree's slices are made as it is sized, then dropped.
+        prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
+        keeps = size_trees_at_prices(
+            (
+                (
+                    parents[node_at[t] : node_at[t + 1]],
+                    support[node_at[t] : node_at[t + 1]],
+                    branch_of[node_at[t] : node_at[t + 1]],
+                )
+                for t in sized
+            ),
+            (branch_curves[a:b] for a, b in zip(curve_at, curve_at[1:])),
+            tables,
+            sized_budgets,
+            prices,
+        )
+        for t, keep in zip(sized, keeps):
+            i = grown[t]
+            out[i] = calls[i].keep_tree(chains[i], keep, tokens, parents, support, node_at[t])
+    return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 
 
 def _propose(

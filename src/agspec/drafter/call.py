@@ -11,13 +11,21 @@ import numpy as np
 from agspec.corpora.corpus_set import (
     CorpusSet,
     continuation_tries,
+    continuation_tries_flat,
     continuations_batch,
 )
 from agspec.drafter.tree import DraftTree
 from agspec.index.engines import ENGINES
 from agspec.index.token_index import ContinuationRule, as_tokens
 from agspec.policy.source import Source
-from agspec.policy.tree_size import BranchTrie, merge_candidates, node_probabilities, size_tree
+from agspec.policy.tree_size import (
+    BranchTrie,
+    FlatTries,
+    flatten_tries,
+    merge_candidates,
+    node_probabilities,
+    size_tree,
+)
 
 if TYPE_CHECKING:
     from agspec.drafter.session import AgSpecSession
@@ -56,6 +64,30 @@ def candidate_tries(
         out.append(merge_candidates(first, conts[at : at + n], ranks[at : at + n]))
         at += n
     return out
+
+
+def candidate_tries_flat(
+    sets: Sequence[CorpusSet],
+    slots: list[int],
+    max_tokens: list[int],
+    rules: list[ContinuationRule],
+    ranks: list[int],
+    counts: list[int],
+    firsts: list[list[int]],
+    *,
+    max_occurrences: int,
+) -> FlatTries:
+    """`candidate_tries` in seven lists for the whole batch (`FlatTries`): one native
+    call when the corpora are native (`continuation_tries_flat`)."""
+    if all(cs.is_native for cs in sets):
+        return continuation_tries_flat(
+            sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
+        )
+    return flatten_tries(
+        candidate_tries(
+            sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
+        )
+    )
 
 
 class AgSpecCall:
@@ -337,13 +369,22 @@ class AgSpecCall:
             keep = size_tree(p, None, budget, prices=prices)
         else:
             keep = size_tree(p, server.tree_step_costs, budget)
-        return self.keep_tree(chain, keep, trie)
+        return self.keep_tree(chain, keep, tokens, parents, support)
 
-    def keep_tree(self, chain: list[int], keep: list[int], trie: BranchTrie) -> DraftTree:
+    def keep_tree(
+        self,
+        chain: list[int],
+        keep: list[int],
+        tokens: list[int],
+        parents: list[int],
+        support: list[int],
+        at: int = 0,
+    ) -> DraftTree:
         """The tree of the nodes `keep` (in node order, every parent kept) of the trie
-        after `chain`, recorded for the next `accept` (`take_tree`'s end; the batched
-        tree step sizes its tries together, then keeps each here)."""
-        tokens, parents, support = trie[0], trie[1], trie[2]
+        after `chain` whose nodes start at `at` of tokens, parents and support (0: the
+        lists are that trie's; a batch step's flat tries: where the tree starts), recorded
+        for the next `accept` (`take_tree`'s end; the batched tree step sizes its tries
+        together, then keeps each here)."""
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
         num_chain = bisect_left(keep, len(chain))  # keep is in node order
@@ -352,12 +393,18 @@ class AgSpecCall:
         self._decision = (num_chain, False, self.last_match_length) if num_chain else None
         if len(keep) == num_chain:
             return DraftTree.chain(draft)
+        # Every kept node's parent is kept, earlier: its new index is its rank in `keep`.
         new_index = dict(zip(keep, range(len(keep))))
         new_index[-1] = -1  # the root stays the root
-        tree = DraftTree(
-            [tokens[i] for i in keep], [new_index[parents[i]] for i in keep], check=False
-        )
-        self._tree = (tree, [support[i] for i in keep])
+        if at:
+            nodes = [at + i for i in keep]
+            tree = DraftTree.adopt(
+                [tokens[i] for i in nodes], [new_index[parents[i]] for i in nodes]
+            )
+            self._tree = (tree, [support[i] for i in nodes])
+        else:
+            tree = DraftTree.adopt([tokens[i] for i in keep], [new_index[parents[i]] for i in keep])
+            self._tree = (tree, [support[i] for i in keep])
         return tree
 
     def _tree_may_pay(self, curve: list[float], budget: int) -> bool:
@@ -401,21 +448,37 @@ class AgSpecCall:
         assert self._tree is not None
         tree, support = self._tree
         tokens, parents = tree.token_ids, tree.parents
-        kids: dict[int, list[int]] = {}
-        for i, par in enumerate(parents):
-            kids.setdefault(par, []).append(i)
+        m = len(parents)
         seen: list[tuple[int, bool]] = []
         node = -1
         n = len(committed)
         for d in range(n):
             want = committed[d]
-            group = kids.get(node, [])
-            nxt = next((i for i in group if tokens[i] == want), -1)
-            if group and tokens[group[0]] != want:
-                for i in group[1:]:  # in rank order: the order their branches came
-                    seen.append((support[i], tokens[i] == want))
-                    if tokens[i] == want:
-                        break
+            nxt = node + 1
+            if nxt < m and parents[nxt] == node and tokens[nxt] == want:
+                # The node's first child (nodes are in topological order: a child of
+                # `node` at node + 1 is its first) is right: no alternative was tried.
+                node = nxt
+                continue
+            # The node's children, in node order (every child comes after its parent).
+            group: list[int] = []
+            for _ in range(parents.count(node)):
+                nxt = parents.index(node, nxt)
+                group.append(nxt)
+                nxt += 1
+            # The first right child; where the first child was wrong, the alternatives
+            # tried, in rank order (the order their branches came), until the right one.
+            nxt = -1
+            if group:
+                if tokens[group[0]] == want:
+                    nxt = group[0]
+                else:
+                    for i in group[1:]:
+                        right = tokens[i] == want
+                        seen.append((support[i], right))
+                        if right:
+                            nxt = i
+                            break
             if nxt < 0:
                 if d < n - 1:
                     raise ValueError(
@@ -528,12 +591,14 @@ class AgSpecCall:
         if tree is not None:
             # A tree draft: the committed tokens follow one root path (checked); the chain
             # (first branch) had `chain_accept` of them.
+            ints = type(committed) is list  # a list of ints passes as it is
             for tok in committed:
-                if type(tok) is not int and (
-                    isinstance(tok, bool) or not isinstance(tok, (int, np.integer))
-                ):
-                    raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
-            committed = [int(t) for t in committed]
+                if type(tok) is not int:
+                    if isinstance(tok, bool) or not isinstance(tok, (int, np.integer)):
+                        raise TypeError(f"committed_ids must be int token ids, got {tok!r}")
+                    ints = False
+            if not ints:
+                committed = [int(t) for t in committed]
             chain_accept = self._tree_path(committed, feed_rates)
         elif n > 1 and (n > len(draft) + 1 or committed[: n - 1] != draft[: n - 1]):
             raise ValueError(

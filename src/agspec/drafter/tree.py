@@ -84,6 +84,15 @@ class DraftTree:
         tree.parents = list(range(-1, len(tree.token_ids) - 1))
         return tree
 
+    @classmethod
+    def adopt(cls, token_ids: list[int], parents: list[int]) -> DraftTree:
+        """A tree of these lists themselves, unchecked and uncopied: for a drafter that
+        built them in topological order and hands them over (the batched tree step)."""
+        tree = object.__new__(cls)
+        tree.token_ids = token_ids
+        tree.parents = parents
+        return tree
+
     @property
     def num_nodes(self) -> int:
         return len(self.token_ids)

@@ -40,7 +40,9 @@ at larger batches Σ p − price(n) at the batch's prices. Where a wider tree do
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
+from operator import mul, truediv
 from typing import TypeAlias
 
 from agspec.policy.cost_length import best_length, best_length_at_prices
@@ -48,6 +50,8 @@ from agspec.policy.cost_length import best_length, best_length_at_prices
 __all__ = [
     "BranchRates",
     "BranchTrie",
+    "FlatTries",
+    "flatten_tries",
     "merge_branches",
     "merge_candidates",
     "node_probabilities",
@@ -58,6 +62,14 @@ __all__ = [
 # A merged trie: (tokens, parents, support, branch_of, origin), as `merge_candidates`
 # (and the native `continuation_tries`, its batched twin) return it.
 BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
+
+# Many merged tries in seven lists, tree after tree: (tokens, parents, support, branch_of,
+# origin, node_starts, origin_starts), as the native `continuation_tries_flat` returns them
+# (tree t's nodes are node_starts[t] .. node_starts[t + 1] - 1, its parents counted within
+# it; its origin origin_starts[t] .. origin_starts[t + 1] - 1). `flatten_tries` makes it.
+FlatTries: TypeAlias = tuple[
+    list[int], list[int], list[int], list[int], list[int], list[int], list[int]
+]
 
 # Supports above this share one rate (a node most candidates agree on).
 MAX_SUPPORT_BUCKET = 4
@@ -207,6 +219,21 @@ def merge_candidates(
     return tokens, parents, support, branch_of, [-1, *(k for _, (k, _) in ranked)]
 
 
+def flatten_tries(tries: Sequence[BranchTrie]) -> FlatTries:
+    """The tries in seven lists, tree after tree (`FlatTries`).
+
+    >>> flatten_tries([([7, 8], [-1, 0], [1, 1], [0, 0], [-1]), ([5], [-1], [2], [1], [-1, 0])])
+    ([7, 8, 5], [-1, 0, -1], [1, 1, 2], [0, 0, 1], [-1, -1, 0], [0, 2, 3], [0, 1, 3])
+    """
+    out: FlatTries = ([], [], [], [], [], [0], [0])
+    for trie in tries:
+        for field, values in zip(out, trie):
+            field.extend(values)
+        out[5].append(len(out[0]))
+        out[6].append(len(out[4]))
+    return out
+
+
 def node_probabilities(
     parents: Sequence[int],
     support: Sequence[int],
@@ -291,8 +318,8 @@ def size_tree(
 
 
 def size_trees_at_prices(
-    tries: Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]],
-    curves: Sequence[Sequence[Sequence[float]]],
+    tries: Iterable[tuple[Sequence[int], Sequence[int], Sequence[int]]],
+    curves: Iterable[Sequence[Sequence[float]]],
     rates: Sequence[Sequence[float]],
     budgets: Sequence[int],
     prices: Sequence[float],
@@ -317,10 +344,14 @@ def size_trees_at_prices(
     for (parents, support, curve_of), branch_curves, rate, budget in zip(
         tries, curves, rates, budgets
     ):
-        # node_probabilities, inlined (see there for the rule and its invariants).
+        # node_probabilities, inlined (see there for the rule and its invariants). A
+        # node's depth is its run's first depth plus its place in the run (a branch's new
+        # nodes are one run: `merge_branches`), so depths are kept per branch, not node.
         n = len(parents)
         p = [0.0] * n
-        depth = [0] * n
+        num_branches = len(branch_curves)
+        run_start = [0] * num_branches  # [branch] its run's first node
+        run_depth = [0] * num_branches  # [branch] that node's depth
         free: dict[int, float] = {}
         start = 0
         while start < n:
@@ -331,13 +362,16 @@ def size_trees_at_prices(
             size = len(curve)
             if par >= 0:
                 p_par = p[par]
-                d0 = depth[par] + 1
+                pb = curve_of[par]
+                d0 = run_depth[pb] + par - run_start[pb] + 1
                 rem = free.get(par)
-                if rem is None and par + 1 < n and curve_of[par + 1] == curve_of[par]:
+                if rem is None and par + 1 < n and curve_of[par + 1] == pb:
                     rem = p_par - p[par + 1]
             else:
                 p_par, d0 = 1.0, 1
                 rem = free.get(par)
+            run_start[b] = start
+            run_depth[b] = d0
             if d0 > size:
                 p0 = 0.0
             elif rem is None:
@@ -349,16 +383,19 @@ def size_trees_at_prices(
                 p0 = rem * rate[s if s < top else top] if rem > 0.0 else 0.0
             free[par] = (p_par if rem is None else rem) - p0
             p[start] = p0
-            depth[start] = d0
-            if end - start > 1:
-                depth[start + 1 : end] = range(d0 + 1, d0 + end - start)
-                last = min(end, start + size - d0 + 1)
-                if p0 > 0.0 and last > start + 1:
+            if end - start > 1 and p0 > 0.0:
+                last = start + size - d0 + 1
+                if last > end:
+                    last = end
+                if last > start + 1:
                     base = curve[d0 - 1]
                     if base > 0.0:
-                        p[start + 1 : last] = [
-                            p0 * (c / base) for c in curve[d0 : d0 + last - start - 1]
-                        ]
+                        # p0 · (S(d) / S(d0)), as node_probabilities: map, not a loop.
+                        p[start + 1 : last] = map(
+                            mul,
+                            repeat(p0),
+                            map(truediv, curve[d0 : d0 + last - start - 1], repeat(base)),
+                        )
             start = end
         # size_tree at prices: a stable sort by p, largest first (ties: the earlier node),
         # then best_length_at_prices over the first `limit`.
