@@ -87,7 +87,7 @@ def feed(
 @pytest.mark.parametrize("prior", [None, "wrong"], ids=["no-prior", "wrong-prior"])
 def test_live_prices_match_the_true_curve(cost, prior) -> None:
     """Wherever the rule drafts or the probes have measured (up to one tile past its
-    longest draft), the live prices are the true ones within 4%; with a wrong prior the
+    longest draft), the live prices are the true ones within 5%; with a wrong prior the
     rule climbs there from one-token steps, a tile at a time."""
     live = LiveCostProfile(wrong_prior() if prior else None, max_tokens=MAX_TOKENS)
     largest = feed(live, cost, 2000, draft_p=0.99)
@@ -99,7 +99,9 @@ def test_live_prices_match_the_true_curve(cost, prior) -> None:
     assert measured >= live.frontier(1)
     for n in range(1, min(reach, measured, MAX_TOKENS) + 1):
         got, want = live.step_cost(n, 1), cost(n)
-        assert abs(got - want) <= 0.04 * want, f"n={n}: live {got:.3f}, true {want:.3f}"
+        # 3% noise on each step, and on the median of the 8 one-token steps it is read
+        # against (`conditions`).
+        assert abs(got - want) <= 0.05 * want, f"n={n}: live {got:.3f}, true {want:.3f}"
     assert live.step_cost(1, 1) == 1.0
     prices = [live.step_time_ms(n, 1) for n in range(1, 34)]
     assert all(a <= b for a, b in zip(prices, prices[1:])), prices
@@ -108,7 +110,7 @@ def test_live_prices_match_the_true_curve(cost, prior) -> None:
 def test_tile_ends_are_probed_and_kept() -> None:
     """The staircase's cheap tile ends (4, 8, 16 tokens) are measured, not read off the
     line to the next probe: 4 tokens cost less than halfway from 3 to 5. Within 2000
-    steps: the probe budget (2% of the decoding time) spreads the probes out."""
+    steps: the probe budget (1% of the decoding time) spreads the probes out."""
     live = LiveCostProfile(None, max_tokens=17)
     assert live.knots(1) == [1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17]
     feed(live, xeon, 2000, draft_p=0.99)
@@ -251,7 +253,7 @@ def test_probes_spend_at_most_their_budget() -> None:
     of a long run, and still measures every knot."""
     from agspec.serve.cost_online import PROBE_ALLOWANCE_STEPS
 
-    share = 0.02  # docs/serve-parallel.md: probes add at most 2% to the decoding time
+    share = 0.01  # docs/serve-parallel.md: probes add at most 1% to the decoding time
     rng = random.Random(3)
     live = LiveCostProfile(None, max_tokens=17, refresh_steps=50)
     total_ms = true_extra = 0.0

@@ -80,8 +80,8 @@ FRONTIER_STEPS = 256
 SUMMARY_TOKENS = (2, 4, 5, 8, 9, 16, 17)
 # The probes' extra time is at most this share of the decoding time timed, plus an
 # allowance of this many one-token steps.
-PROBE_SHARE = 0.02
-PROBE_ALLOWANCE_STEPS = 16.0
+PROBE_SHARE = 0.01
+PROBE_ALLOWANCE_STEPS = 8.0
 # A larger step's time is read against the median of this many last one-token steps.
 BASE_STEPS = 8
 # A knot with this many times `min_samples` samples is settled however they spread.
@@ -288,10 +288,10 @@ class LiveCostProfile:
         `PROBE_ALLOWANCE_STEPS` one-token steps at `batch_size`, less what they added.
 
         >>> live = LiveCostProfile(None, min_samples=1)
-        >>> live.add(1, 1, 10.0); round(live.probe_budget_left_ms(1), 2)  # 0.2 + 16 x 10
-        160.2
+        >>> live.add(1, 1, 10.0); round(live.probe_budget_left_ms(1), 2)  # 0.1 + 8 x 10
+        80.1
         >>> live.add(1, 5, 40.0, probe=True, filler=4); round(live.probe_budget_left_ms(1), 2)
-        131.0
+        50.5
         """
         allowance = PROBE_ALLOWANCE_STEPS * self._price(batch_size, batch_size)
         return PROBE_SHARE * self.decode_ms + allowance - self.probe_extra_ms
