@@ -13,16 +13,13 @@ many answers equal the first configuration's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_serve_peers import LlamaServer, load_calls  # noqa: E402
+from bench_serve_peers import LlamaServer, chat_call, llama_server_binary, load_calls  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,59 +53,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cfg in configs:
             if cfg and cfg[0].startswith("llama-server="):
-                import subprocess
-
-                binary = subprocess.run(
-                    ["bash", str(Path(__file__).resolve().parents[1] / "scripts"
-                                 / "install_llama_server.sh"), sys.executable],
-                    check=True, capture_output=True, text=True,
-                ).stdout.strip().splitlines()[-1]  # fmt: skip
                 st = cfg[0].split("=", 1)[1]
-                srv = LlamaServer(binary, gguf, args.threads, 1, args.n_ctx, st).start()
-                servers.append((f"llama-server --spec-type {st}", srv, True))
+                srv = LlamaServer(llama_server_binary(), gguf, args.threads, 1, args.n_ctx, st)
+                servers.append((f"llama-server --spec-type {st}", srv.start(), True))
             else:
-                srv = ServerProcess(
-                    [
-                        "--model",
-                        args.model,
-                        "--threads",
-                        str(args.threads),
-                        "--n-ctx",
-                        str(args.n_ctx),
-                        "--parallel",
-                        "1",
-                        *cfg,
-                    ]
-                )
-                servers.append((" ".join(cfg) or "agspec serve (defaults)", srv.start(), False))
+                base = ["--model", args.model, "--threads", str(args.threads),
+                        "--n-ctx", str(args.n_ctx), "--parallel", "1"]  # fmt: skip
+                srv = ServerProcess([*base, *cfg]).start()
+                servers.append((" ".join(cfg) or "agspec serve (defaults)", srv, False))
         totals = [[0.0] * 6 for _ in servers]
         texts: list[list[str]] = [[] for _ in servers]
         for i, (_, msgs) in enumerate(calls):
             order = list(range(len(servers)))
             order = order[i % len(order) :] + order[: i % len(order)]
             for s in order:
-                name, srv, is_llama = servers[s]
-                body = {"model": args.model, "messages": msgs,
-                        "max_tokens": args.max_tokens, "temperature": 0}  # fmt: skip
-                req = urllib.request.Request(
-                    f"{srv.base_url}/chat/completions", data=json.dumps(body).encode(),
-                    headers={"Content-Type": "application/json"},
-                )  # fmt: skip
-                t0 = time.monotonic()
-                with urllib.request.urlopen(req, timeout=900) as resp:
-                    j = json.loads(resp.read())
-                wall = time.monotonic() - t0
-                n = j["usage"]["completion_tokens"]
-                if is_llama:
-                    t = j.get("timings") or {}
-                    row = (n, t.get("predicted_ms", 0.0), wall, t.get("draft_n", 0),
-                           t.get("draft_n_accepted", 0), 0)  # fmt: skip
-                else:
-                    a = j["agspec"]
-                    row = (n, a["decode_ms"], wall, a["drafted_tokens"], a["accepted_tokens"],
-                           a["steps"])  # fmt: skip
+                srv = servers[s][1]
+                c = chat_call(srv.base_url, args.model, msgs, args.max_tokens)
+                row = (c["tokens"], c["decode_ms"], c["wall_s"], c["drafted"], c["accepted"],
+                       c["steps"])  # fmt: skip
                 totals[s] = [x + y for x, y in zip(totals[s], row)]
-                texts[s].append(j["choices"][0]["message"]["content"])
+                texts[s].append(c["text"])
             print(f"call {i + 1}/{len(calls)} done", file=sys.stderr, flush=True)
         probes = []
         for _, srv, is_llama in servers:

@@ -91,43 +91,60 @@ class LlamaServer:
             self.proc.kill()
 
 
+def llama_server_binary() -> str:
+    """llama-server's path, built from the vendored source and cached on first use."""
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install_llama_server.sh"), sys.executable],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+
+
+def chat_call(base_url: str, model: str, msgs: list[dict[str, str]],
+              max_tokens: int) -> dict[str, Any]:  # fmt: skip
+    """One greedy chat call: the answer, its wall time and what the server says of it
+    (agspec serve: its `agspec` object and vLLM's spec-decode metrics; llama-server: its
+    `timings`), the same keys for both."""
+    import urllib.request
+
+    body = {"model": model, "messages": msgs, "max_tokens": max_tokens, "temperature": 0}
+    t0 = time.monotonic()
+    req = urllib.request.Request(
+        f"{base_url}/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=900) as resp:
+        j = json.loads(resp.read())
+    wall = time.monotonic() - t0
+    if "agspec" in j:
+        a = j["agspec"]
+        decode_ms, steps = a["decode_ms"], a["steps"]
+        prefilled = j["usage"]["prompt_tokens"] - a["reused_prompt_tokens"]
+        spec = (j.get("metrics") or {}).get("speculative_decoding") or {}
+        drafted = spec.get("num_draft_tokens", 0)
+        accepted = spec.get("num_accepted_draft_tokens", 0)
+    else:
+        timings = j.get("timings") or {}
+        decode_ms, steps = timings.get("predicted_ms", 0.0), 0
+        prefilled = timings.get("prompt_n", 0)
+        drafted = timings.get("draft_n", 0)
+        accepted = timings.get("draft_n_accepted", 0)
+    return {"text": j["choices"][0]["message"]["content"],
+            "tokens": j["usage"]["completion_tokens"], "wall_s": wall, "decode_ms": decode_ms,
+            "prompt_tokens": j["usage"]["prompt_tokens"], "prefilled": prefilled,
+            "drafted": drafted, "accepted": accepted, "steps": steps}  # fmt: skip
+
+
 def replay(base_url: str, model: str, calls: list[tuple[str, list[dict[str, str]]]],
            concurrency: int, max_tokens: int) -> dict[str, Any]:  # fmt: skip
-    import urllib.request
 
     out: list[dict[str, Any]] = [{} for _ in calls]
     lock = threading.Lock()
 
     def one(i: int) -> None:
         role, msgs = calls[i]
-        body = {"model": model, "messages": msgs, "max_tokens": max_tokens, "temperature": 0}
-        t0 = time.monotonic()
-        req = urllib.request.Request(
-            f"{base_url}/chat/completions", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
-        with urllib.request.urlopen(req, timeout=900) as resp:
-            j = json.loads(resp.read())
-        wall = time.monotonic() - t0
-        n = j["usage"]["completion_tokens"]
-        if "agspec" in j:
-            decode_ms = j["agspec"]["decode_ms"]
-            prefilled = j["usage"]["prompt_tokens"] - j["agspec"]["reused_prompt_tokens"]
-            spec = (j.get("metrics") or {}).get("speculative_decoding") or {}
-            drafted = spec.get("num_draft_tokens", 0)
-            accepted = spec.get("num_accepted_draft_tokens", 0)
-        else:
-            timings = j.get("timings") or {}
-            decode_ms = timings.get("predicted_ms", 0.0)
-            prefilled = timings.get("prompt_n", 0)
-            drafted = timings.get("draft_n", 0)
-            accepted = timings.get("draft_n_accepted", 0)
+        row = chat_call(base_url, model, msgs, max_tokens)
         with lock:
-            out[i] = {"role": role, "text": j["choices"][0]["message"]["content"],
-                      "tokens": n, "wall_s": wall, "decode_ms": decode_ms,
-                      "prompt_tokens": j["usage"]["prompt_tokens"],
-                      "prefilled": prefilled, "drafted": drafted,
-                      "accepted": accepted}  # fmt: skip
+            out[i] = {"role": role, **row}
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -196,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     from agspec.serve.launch import ServerProcess
 
     gguf = str(resolve_model(args.model))
-    binary = args.llama_server or subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install_llama_server.sh"), sys.executable],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    binary = args.llama_server or llama_server_binary()
     calls = load_calls(args.calls or None)
     print(f"{len(calls)} calls, {args.max_tokens} tokens, {args.threads} threads, "
           f"concurrency {args.concurrency}", flush=True)  # fmt: skip
