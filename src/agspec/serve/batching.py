@@ -192,20 +192,19 @@ class BatchLoop:
     def _fail_admission(self, job: Job, slot: int, exc: Exception) -> None:
         """`_start` raised: the request gets a 500, its session is forgotten, and the slot
         is freed with its cache dropped (a restore or copy may have stopped half way)."""
-        eng = self.engine
-        r = self.slots[slot]
-        if r is not None and r.job is job:
-            self.slots[slot] = None
         try:
             self.decoder.keep(slot, 0)
         except Exception:
             log.exception("dropping the slot's cache failed")
         self._owner[slot] = None
-        eng.metrics.running.set(self.num_running)
-        eng.running = self.num_running
-        eng.fail_session(job.resolution.session_id)
-        why = f"admitting the request failed: {type(exc).__name__}: {exc}"
-        job.emit(eng._failed(APIError(500, why, type="server_error")))
+        self.engine.fail_session(job.resolution.session_id)
+        err = APIError(500, f"admitting the request failed: {type(exc).__name__}: {exc}",
+                       type="server_error")  # fmt: skip
+        r = self.slots[slot]
+        if r is not None and r.job is job:
+            self._fail(r, err)
+        else:
+            job.emit(self.engine._failed(err))
 
     def _pick_slot(self, free: list[int], prompt: list[int]) -> int:
         """The free slot whose cache this prompt continues most: the longest common

@@ -322,13 +322,15 @@ class Engine:
         return len(self._waiting)
 
     def submit(self, job: Job) -> None:
-        if self.worker_failed:
-            raise _worker_stopped()
         if not self._accepting:
             raise APIError(
                 503, "the server is shutting down", type="server_error", code="shutting_down"
             )
         with self._cond:
+            # Under the lock the worker takes to drain the queue when it stops: a job is
+            # either refused here or failed by that drain, never left waiting.
+            if self.worker_failed:
+                raise _worker_stopped()
             if len(self._waiting) >= self.config.max_queue:
                 raise QueueFull(self._retry_after())
             self._waiting.append(job)
@@ -379,8 +381,8 @@ class Engine:
             # Not expected (the loop survives a failing step or admission): no request is
             # left waiting for a worker that is gone, and /health says so.
             log.exception("the decode worker stopped")
-            self.worker_failed = True
             with self._cond:
+                self.worker_failed = True
                 jobs = list(self._waiting)
                 self._waiting.clear()
             jobs += [r.job for r in self.loop.slots if r is not None]
