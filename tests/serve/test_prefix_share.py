@@ -33,6 +33,10 @@ MODEL = "smollm2-135m-instruct"
 NEAR_TIE_LOGITS = 0.5  # as tests/serve/test_api.py
 IDS = {"X-AgSpec-Return-Ids": "1"}
 SYSTEM = "You are a careful coding assistant. Answer briefly."
+_CPU_PROFILE = (
+    Path(__file__).resolve().parents[2]
+    / "src/agspec/data/costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
+)
 FILES = {
     "a": "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n" for i in range(12)),
     "b": "".join(f"class C{i}:\n    value = '{chr(97 + i) * 3}'\n\n" for i in range(12)),
@@ -212,3 +216,56 @@ def test_a_store_that_holds_one_entry_restores_before_it_saves(model_path, refer
     same(llm, ref_a2, got["a2"])
     held = (info(got["a1"])["prompt_ids"] + info(got["a1"])["output_ids"])[:-1]
     assert info(got["a2"])["reused_prompt_tokens"] == cpl(held, info(got["a2"])["prompt_ids"][:-1])
+
+
+def test_calls_that_arrive_together_prefill_their_shared_history_once(model_path, llm) -> None:
+    """Two requests that share a long prompt prefix are admitted in one pass (both queued
+    before the worker starts, so nothing races): the second prefills nothing until the
+    first holds the shared prefix, then takes its cells and prefills only its own tail.
+    Oracle: its `reused_prompt_tokens` is the common prefix of the two prompts (less the
+    pending last token), the first reuses nothing, and both answers equal each prompt
+    decoded alone afterwards (up to checked near-ties)."""
+    from agspec.serve.engine import Engine, EngineConfig, Finished, Job
+    from agspec.serve.schema import SamplingParams
+
+    engine = Engine(EngineConfig(model=MODEL, threads=1, n_ctx=2048, drafter="none",
+                                 parallel=2, kv_store_bytes=0, prefill_chunk=64,
+                                 cost_profile=str(_CPU_PROFILE)),
+                    progress=lambda msg: None)  # fmt: skip
+    tok = lambda s: llm.tokenize(s.encode(), add_bos=False, special=False)  # noqa: E731
+    shared = tok(f"File a.py:\n{FILES['a']}\nFile b.py:\n{FILES['b']}\n")
+    prompts = [shared + tok("What does f3 return?"), shared + tok("Which class has 'ccc'?")]
+    done: list[threading.Event] = [threading.Event() for _ in range(4)]
+    got: list[Any] = [None] * 4
+
+    def job(i: int, ids: list[int]) -> Job:
+        def emit(ev: Any, i: int = i) -> None:
+            if not hasattr(ev, "text") or isinstance(ev, Finished):
+                got[i] = ev
+                done[i].set()
+
+        sampling = SamplingParams(max_tokens=12, temperature=0.0, top_p=1.0, top_k=0,
+                                  seed=None, stop=())  # fmt: skip
+        msgs = [{"role": "user", "content": f"call {i}"}]
+        return Job(prompt_ids=ids, sampling=sampling, emit=emit, agent="coder",
+                   resolution=engine.resolver.resolve_messages(msgs), return_ids=True)  # fmt: skip
+
+    try:
+        engine.submit(job(0, prompts[0]))
+        engine.submit(job(1, prompts[1]))
+        engine.start()
+        for i in (0, 1):
+            assert done[i].wait(300)
+        for i in (2, 3):  # each alone: the reference
+            engine.submit(job(i, prompts[i - 2]))
+            assert done[i].wait(300)
+    finally:
+        engine.close()
+    assert all(isinstance(g, Finished) for g in got), got
+    common = cpl(prompts[0][:-1], prompts[1][:-1])
+    assert common >= len(shared) - 2 and common >= 200
+    assert got[0].stats["reused_prompt_tokens"] == 0
+    assert got[1].stats["reused_prompt_tokens"] == common
+    for i in (0, 1):
+        alone, together = got[i + 2].stats["output_ids"], got[i].stats["output_ids"]
+        _same_or_near_tie(llm, prompts[i], alone, together, flips=FLIPS, limit=NEAR_TIE_LOGITS)

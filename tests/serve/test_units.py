@@ -5,6 +5,7 @@ metadata) the chat template rendering tools and tool messages."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from guards import require_engine, require_model
@@ -193,3 +194,45 @@ def test_fast_sampling_picks_the_full_sort_token() -> None:
             assert s.sample(z, random.Random(seed)) == s.sample_full_sort(z, u), (trial, s)
             checked += 1
     assert checked == 30 * len(settings_)
+
+
+def test_a_step_decodes_the_width_that_pays_taking_turns() -> None:
+    """`BatchLoop._decode_width` against the measured profiles: on the 2-core CPU (a second
+    row costs 2.2 one-row steps, three 2.8, four 3.0) two decoding requests take turns
+    one at a time, each in the order it last stepped, and three or four step together; on
+    the H200 profile (memory-bound: a wider step costs little more) every request steps.
+    Oracle: the width is the brute-force argmax of k / step_time_ms(1, k)."""
+    from types import SimpleNamespace
+
+    from agspec.policy.costmodel import ProfileCostModel
+    from agspec.serve.batching import BatchLoop
+
+    data = Path(__file__).resolve().parents[2] / "src" / "agspec" / "data" / "costmodels"
+    cpu = ProfileCostModel.load(data / "epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json")
+    gpu = ProfileCostModel.load(data / "h200-qwen2.5-7b-ctx4096.json")
+
+    def width(costs: ProfileCostModel, n: int) -> int:
+        return max(range(1, n + 1), key=lambda k: (k / costs.step_time_ms(1, k), k))
+
+    for costs, name in ((cpu, "cpu"), (gpu, "gpu")):
+        for n in (1, 2, 3, 4, 6):
+            loop = SimpleNamespace(engine=SimpleNamespace(step_costs=costs, live_cost=None),
+                                   num_steps=1)  # fmt: skip
+            reqs = [SimpleNamespace(last_step=-1, slot=i) for i in range(n)]
+            seen: list[list[int]] = []
+            for step in range(6):
+                chosen = BatchLoop._decode_width(loop, reqs)  # type: ignore[arg-type]
+                assert len(chosen) == width(costs, n), (name, n)
+                seen.append([r.slot for r in chosen])
+                for r in chosen:
+                    r.last_step = step
+            if name == "cpu" and n == 2:
+                # One at a time, in turn.
+                assert seen == [[0], [1]] * 3
+            if name == "gpu":
+                assert seen == [list(range(n))] * 6
+    assert width(cpu, 2) == 1 and width(cpu, 3) == 3 and width(cpu, 4) == 4
+    # No step costs: every decoding request steps.
+    loop = SimpleNamespace(engine=SimpleNamespace(step_costs=None, live_cost=None), num_steps=1)
+    reqs = [SimpleNamespace(last_step=-1, slot=i) for i in range(3)]
+    assert BatchLoop._decode_width(loop, reqs) == reqs  # type: ignore[arg-type]

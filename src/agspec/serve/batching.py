@@ -54,6 +54,9 @@ __all__ = ["BatchLoop", "PROBE_EVERY_STEPS"]
 
 # At most one probe step (`BatchLoop._probe`) in this many steps.
 PROBE_EVERY_STEPS = 4
+# With the live cost profile, one step in this many decodes every decoding request, however
+# few the cheapest width holds (`BatchLoop._decode_width`).
+FULL_WIDTH_EVERY = 16
 # A request starts from another slot's cells or a saved entry when that spares it at least
 # this many prompt tokens of prefill; a slot cache is saved when cutting it would lose at
 # least this many of another session's tokens.
@@ -91,6 +94,12 @@ class _Running:
     started: float = 0.0  # admitted to the slot (monotonic)
     prefill_done: float = 0.0
     stopped_by: str = "length"
+    # Another request still prefilling a longer prefix of this prompt: this one prefills
+    # nothing until that one holds `wait_tokens` of it (or leaves, or decodes), then
+    # starts from its cells (`BatchLoop._wait_done`).
+    waits_for: _Running | None = None
+    wait_tokens: int = 0
+    last_step: int = -1  # the last step that decoded this request (`_decode_width`)
 
     @property
     def prompt(self) -> list[int]:
@@ -258,6 +267,7 @@ class BatchLoop:
         r.reused = common_prefix_length(self.decoder.cached[slot], prompt[:-1])
         self.decoder.keep(slot, r.reused)
         r.prefilled = r.reused
+        self._wait_for_prefill(r)
         r.call = eng._drafter_call(sid, job.agent, turn)
         self.slots[slot] = r
         m.running.set(self.num_running)
@@ -294,6 +304,52 @@ class BatchLoop:
         if store is not None:
             m.kv_store_bytes.set(store.nbytes)
             m.kv_store_entries.set(len(store))
+
+    def _wait_for_prefill(self, r: _Running) -> None:
+        """Make `r` wait for the request still prefilling the longest prefix of its prompt
+        that no slot or entry holds yet, when that spares at least `MIN_SHARED_TOKENS` of
+        prefill: calls that arrive together and share a history (an agent's parallel
+        workers, or a client that does not wait for one call before the next) prefill it
+        once. A wait only points at a request admitted before, so waits never form a
+        cycle.
+
+        >>> # A (prompt 800 tokens) admitted, prefilled 0 so far; B shares its first 500:
+        >>> # B waits for A until A holds 500, then copies them (`_wait_done`)
+        """
+        want = r.prompt[:-1]
+        best, most = None, r.prefilled + MIN_SHARED_TOKENS - 1
+        for o in self.slots:
+            if o is None or o is r or o.decoding:
+                continue
+            n = common_prefix_length(o.prompt[:-1], want)
+            if n > most and n > o.prefilled:
+                best, most = o, n
+        if best is not None:
+            r.waits_for, r.wait_tokens = best, most
+
+    def _wait_done(self, r: _Running) -> bool:
+        """True, once `r`'s wait is over: it then starts from the longest prefix of its
+        prompt another slot holds (usually the cells the request it waited for just
+        prefilled) and decodes at once if that was all of it."""
+        o = r.waits_for
+        if o is None:
+            return True
+        if self.slots[o.slot] is o and not o.decoding and o.prefilled < r.wait_tokens:
+            return False
+        r.waits_for = None
+        dec, want = self.decoder, r.prompt[:-1]
+        src, most = -1, r.prefilled
+        for i, cached in enumerate(dec.cached):
+            if i != r.slot and (n := common_prefix_length(cached, want)) > most:
+                src, most = i, n
+        if src >= 0 and most >= r.prefilled + MIN_SHARED_TOKENS:
+            dec.copy_prefix(src, r.slot, most)
+            r.reused += most - r.prefilled
+            r.prefilled = most
+            self.engine.metrics.kv_copies.inc()
+        if r.prefilled >= len(r.prompt) - 1:
+            self._begin_decoding(r)
+        return True
 
     def _save_before_cut(self, slot: int, keep: int, sid: str) -> None:
         """Save `slot`'s cache to the KV store when cutting it to `keep` tokens would lose
@@ -338,7 +394,11 @@ class BatchLoop:
         for r in list(self.slots):
             if r is not None and (why := self._stop_reason(r)) is not None:
                 self._end_early(r, why)
-        decoding = [r for r in self.slots if r is not None and r.decoding]
+        # Requests that waited for another's prefill (`_wait_for_prefill`) and may go on.
+        for r in self.slots:
+            if r is not None and r.waits_for is not None:
+                self._wait_done(r)
+        decoding = self._decode_width([r for r in self.slots if r is not None and r.decoding])
         t_draft = time.perf_counter()
         if decoding:
             self._draft(decoding)
@@ -359,7 +419,7 @@ class BatchLoop:
         chunk_cap = min(room, cfg.prefill_chunk) if decoding else room
         prefilling: list[tuple[_Running, int]] = []
         for r in self.slots:
-            if r is None or r.decoding or chunk_cap <= 0:
+            if r is None or r.decoding or r.waits_for is not None or chunk_cap <= 0:
                 continue
             n = min(len(r.prompt) - 1 - r.prefilled, chunk_cap)
             parts.append((r.slot, r.prompt[r.prefilled : r.prefilled + n], 0, 0))
@@ -379,6 +439,7 @@ class BatchLoop:
         share_s = (t_verify - t_draft) / max(1, len(decoding) + len(prefilling))
         for r in decoding:
             k = 1 + len(r.draft)
+            r.last_step = self.num_steps
             self._verify(r, logits[row : row + k])
             row += k
         for r, n in prefilling:
@@ -393,6 +454,34 @@ class BatchLoop:
                 eng.metrics.draft_seconds.labels(r.agent_label).inc(per)
                 eng.metrics.verify_seconds.labels(r.agent_label).inc(ver)
                 eng.metrics.verify_steps.labels(r.agent_label).inc()
+
+    def _decode_width(self, decoding: list[_Running]) -> list[_Running]:
+        """The decoding requests this step evaluates: the k of them that waited longest
+        since their last step, k the count whose one-token step decodes the most tokens
+        per millisecond at the measured step costs (ties: the larger k). On a GPU that is
+        all of them; on a CPU, where llama.cpp's second row costs more than a whole
+        one-row step (2 requests: 2.3 steps), two requests take turns instead. With the
+        live profile, one step in `FULL_WIDTH_EVERY` takes them all, so the wider steps'
+        prices stay measured.
+
+        >>> # costs of 1..4 requests: 19, 44, 56, 58 ms; 2 decoding -> 1 (1/19 > 2/44),
+        >>> # 3 -> 1 (1/19 > 3/56), 4 -> 4 (4/58 > 1/19)
+        """
+        n = len(decoding)
+        costs = self.engine.step_costs
+        if n <= 1 or costs is None:
+            return decoding
+        if costs is self.engine.live_cost and self.num_steps % FULL_WIDTH_EVERY == 0:
+            return decoding
+        best, best_rate = n, n / costs.step_time_ms(1, n)
+        for k in range(n - 1, 0, -1):
+            rate = k / costs.step_time_ms(1, k)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        if best == n:
+            return decoding
+        chosen = {id(r) for r in sorted(decoding, key=lambda r: r.last_step)[:best]}
+        return [r for r in decoding if id(r) in chosen]
 
     def _probe(self, decoding: list[_Running]) -> tuple[_Running | None, list[int]]:
         """Filler tokens for one request of this step, when the live cost profile wants a

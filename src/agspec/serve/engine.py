@@ -167,7 +167,9 @@ class Engine:
         self.model_path = Path(resolve_model(cfg.model, cfg.cache_dir))
         self.model_name = self._served_name(cfg.model, self.model_path)
         self.cost_profile_path: Path | None = None
-        if cfg.drafter != "none":
+        if cfg.drafter != "none" or cfg.parallel > 1:
+            # The drafter prices its drafts with it; with several slots the scheduler reads
+            # it for how many requests one step decodes (`BatchLoop._decode_width`).
             self.cost_profile_path = resolve_cost_profile(cfg, self.model_path, progress)
         _check_batching(cfg)
         progress(
@@ -201,11 +203,18 @@ class Engine:
         self.live_cost: Any = None  # LiveCostProfile: the start-up profile, healed online
         self.cost_summary: dict[str, Any] | None = None  # its last snapshot, for /health
         self._cost_version = -1
-        if self.cost_profile_path is not None and cfg.live_cost:
+        if self.cost_profile_path is not None and cfg.live_cost and self.drafter_server is not None:
             self.live_cost = start_live_cost(
                 self.cost_profile_path, progress, max_tokens=cfg.num_draft_tokens + 1
             )
             self._refresh_cost(force=True)
+        # What a step of B requests costs, for the scheduler: the live profile, else the
+        # profile as given (None: one slot, no drafter; every decoding request steps).
+        self.step_costs: Any = self.live_cost
+        if self.step_costs is None and self.cost_profile_path is not None:
+            from agspec.policy.costmodel import ProfileCostModel
+
+            self.step_costs = ProfileCostModel.load(self.cost_profile_path)
         self.resolver = SessionResolver(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions)
         self._expired: collections.deque[str] = collections.deque()
         self.resolver.on_expire = self._expired.append
