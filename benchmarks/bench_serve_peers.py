@@ -93,10 +93,9 @@ class LlamaServer:
 
 def llama_server_binary() -> str:
     """llama-server's path, built from the vendored source and cached on first use."""
-    return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install_llama_server.sh"), sys.executable],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    from agspec.pipeline.agent_bench import llama_server_binary as binary
+
+    return binary(sys.executable)
 
 
 def chat_call(base_url: str, model: str, msgs: list[dict[str, str]],

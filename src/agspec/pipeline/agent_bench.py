@@ -1,4 +1,4 @@
-"""A real coding agent (mini-swe-agent) on the bundled tasks, against four local servers.
+"""A real coding agent (mini-swe-agent) on the bundled tasks, against local servers.
 
 The agent is unmodified mini-swe-agent (its own virtualenv, `scripts/install_agent.sh`),
 run the way its docs describe for a local model: the local environment, the text-based
@@ -10,9 +10,14 @@ port and started and stopped here:
 - `agspec-none`: `agspec serve --drafter none` (plain greedy decoding, same code path);
 - `llama-cpp`: llama-cpp-python's own server, `python -m llama_cpp.server`;
 - `llama-cpp-pld`: the same with its prompt-lookup draft model
-  (`--draft_model prompt-lookup-decoding`).
+  (`--draft_model prompt-lookup-decoding`);
+- `llama-server`: llama.cpp's own server, built from the vendored source
+  (`scripts/install_llama_server.sh`), one slot;
+- `llama-server-ngram-mod`: the same with `--spec-type ngram-mod`, its strongest n-gram
+  drafter on these traces (`docs/serve-parallel.md`).
 
-Same model, threads and context for all four; greedy (`temperature=0`), a step limit and a
+The default is `agspec`, `agspec-none` and the two `llama-server` ones. Same model,
+threads and context for all; greedy (`temperature=0`), a step limit and a
 per-call `max_tokens` so a 0.5B model cannot loop for ever. Every session runs in a fresh
 copy of the task's repo (always at the same path, files with a fixed mtime, so that what
 the agent sees does not depend on the server). Between the agent and the server sits a
@@ -56,7 +61,15 @@ from typing import Any
 # not given); the package's own data comes from the package.
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[1] / "data"
-SERVERS = ("agspec", "agspec-none", "llama-cpp", "llama-cpp-pld")
+SERVERS = (
+    "agspec",
+    "agspec-none",
+    "llama-cpp",
+    "llama-cpp-pld",
+    "llama-server",
+    "llama-server-ngram-mod",
+)
+DEFAULT_SERVERS = ("agspec", "agspec-none", "llama-server", "llama-server-ngram-mod")
 # mini_textbased.yaml's action format (LitellmTextbasedModelConfig.action_regex).
 ACTION = re.compile(r"```mswea_bash_command\s*\n(.*?)\n```", re.S)
 DEFAULT_PROFILE = DATA / "costmodels/epyc2t-llamacpp-qwen2.5-coder-0.5b-ctx1024.json"
@@ -222,7 +235,40 @@ def server_command(
                 str(args.pld_num_pred_tokens),
             ]
         return cmd
+    if name in ("llama-server", "llama-server-ngram-mod"):
+        cmd = [
+            llama_server_binary(args.llama_python),
+            "-m",
+            str(model),
+            *common,
+            "-t",
+            str(args.threads),
+            "-tb",
+            str(args.threads),
+            "-c",
+            str(args.n_ctx),
+            "-np",
+            "1",
+            "--alias",
+            args.model_alias,
+            "--no-webui",
+        ]
+        if name == "llama-server-ngram-mod":
+            cmd += ["--spec-type", "ngram-mod"]
+        return cmd
     raise ValueError(f"unknown server {name!r} (known: {', '.join(SERVERS)})")
+
+
+def llama_server_binary(python: str = sys.executable) -> str:
+    """llama.cpp's `llama-server`, built from the llama-cpp-python sdist's vendored source by
+    `scripts/install_llama_server.sh` (cached after the first build: about 20 minutes)."""
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "install_llama_server.sh"), python],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
 
 
 @dataclass
@@ -762,7 +808,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="all", help="comma-separated bundled task names, or all")
     ap.add_argument("--max-tasks", type=int, default=0, help="at most N tasks (0: no limit)")
-    ap.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated of {SERVERS}")
+    ap.add_argument("--servers", default=",".join(DEFAULT_SERVERS),
+                    help=f"comma-separated of {SERVERS}")  # fmt: skip
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="name or .gguf path")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=8192)
@@ -791,7 +838,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir", default=None, help="passed to agspec serve (default: one per server)"
     )
     ap.add_argument(
-        "--model-alias", default=None, help="the model id llama_cpp.server reports (file stem)"
+        "--model-alias",
+        default=None,
+        help="the model id llama_cpp.server and llama-server report (default: the file stem)",
     )
     ap.add_argument(
         "--agent-python",
@@ -840,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.tasks = "leap-years" if args.tasks == "all" else args.tasks
         args.max_tasks, args.step_limit = 1, min(args.step_limit, 3)
-        if args.servers == ",".join(SERVERS):
+        if args.servers == ",".join(DEFAULT_SERVERS):
             args.servers = "agspec,agspec-none"
     names = [s for s in args.servers.split(",") if s]
     for n in names:
