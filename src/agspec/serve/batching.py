@@ -465,7 +465,7 @@ class BatchLoop:
         prices stay measured.
 
         >>> # costs of 1..4 requests: 19, 44, 56, 58 ms; 2 decoding -> 1 (1/19 > 2/44),
-        >>> # 3 -> 1 (1/19 > 3/56), 4 -> 4 (4/58 > 1/19)
+        >>> # 3 -> 3 (3/56 > 1/19), 4 -> 4 (4/58 > 3/56)
         """
         n = len(decoding)
         costs = self.engine.step_costs
