@@ -15,7 +15,9 @@ an agent waits for), the prompt tokens each server evaluated (the rest came from
 held), the time a call spends outside decoding (prefill, set-up, HTTP, waiting for a
 slot), decode-only tokens/s by call role (agspec: `agspec.decode_ms`;
 llama-server: its `timings.predicted_ms`), and how many answers equal plain decoding's
-(`agspec serve --drafter none` at concurrency 1). One run; ratios are side by side.
+(`agspec serve --drafter none` at concurrency 1). One run by default; `--repeats N` runs
+every server N times per concurrency in rotating order and reports each one's median run
+with the spread (which calls overlap changes from run to run at concurrency > 1).
 
     python benchmarks/bench_serve_peers.py --quick          # <= 8 minutes on 2 cores
     python benchmarks/bench_serve_peers.py -o runs/peers.json
@@ -203,8 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="12 calls, 96 tokens, concurrency 1, 4; llama-server none, ngram-mod",
     )
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of every server per concurrency, the order rotated; each row "
+                    "is its server's median run (the runs' figures are kept too)")  # fmt: skip
     ap.add_argument("-o", "--out", default=None)
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
     if args.quick:
         args.calls, args.max_tokens, args.concurrency = 12, 96, [1, 4]
         args.spec_types = ["none", "ngram-mod"]
@@ -238,17 +245,34 @@ def main(argv: list[str] | None = None) -> int:
                     ).start(),
                 )
             )
-        for name, make in servers:
-            srv = make()
-            try:
-                res = replay(srv.base_url, args.model, calls, conc, args.max_tokens)
-            finally:
-                srv.stop()
-            if reference is None:  # agspec --drafter none at the first concurrency
-                reference = res["texts"]
-            equal = sum(a == b for a, b in zip(res.pop("texts"), reference))
+        # Each repeat runs every server once, the order rotated, so a slow spell of the
+        # host falls on different servers; a row is the median run of its server.
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in servers}
+        for rep in range(args.repeats):
+            for name, make in servers[rep % len(servers) :] + servers[: rep % len(servers)]:
+                srv = make()
+                try:
+                    res = replay(srv.base_url, args.model, calls, conc, args.max_tokens)
+                finally:
+                    srv.stop()
+                if reference is None:  # agspec --drafter none at the first concurrency
+                    reference = res["texts"]
+                res["equal_to_plain"] = sum(a == b for a, b in zip(res.pop("texts"), reference))
+                runs[name].append(res)
+                if args.repeats > 1:
+                    tps = res["completion_tokens_per_s"]
+                    print(f"c={conc} {name:34s} run {rep + 1}/{args.repeats}: {tps:7.2f} "
+                          "tok/s end-to-end", flush=True)  # fmt: skip
+        for name, _ in servers:
+            mine = sorted(runs[name], key=lambda r: r["completion_tokens_per_s"])
+            res = dict(mine[(len(mine) - 1) // 2])
+            equal = res.pop("equal_to_plain")
             row = {"server": name, "concurrency": conc, "equal_to_plain": equal,
                    "calls": len(calls), **res}  # fmt: skip
+            if args.repeats > 1:
+                row["runs_completion_tokens_per_s"] = [
+                    r["completion_tokens_per_s"] for r in runs[name]
+                ]
             rows.append(row)
             roles = " ".join(
                 f"{k} {v:.1f} ({row['drafted_accepted_by_role'][k][1]}"
@@ -256,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in row["decode_tokens_per_s_by_role"].items()
                 if v
             )
+            spread = ""
+            if args.repeats > 1:
+                got = row["runs_completion_tokens_per_s"]
+                spread = f" (median of {len(got)}: {min(got):.2f}-{max(got):.2f})"
             print(f"c={conc} {name:34s} {row['completion_tokens_per_s']:7.2f} tok/s end-to-end"
+                  f"{spread}"
                   f"  equal {equal}/{len(calls)}  prefilled {row['prefilled_tokens']}"
                   f"/{row['prompt_tokens']}  outside decode {row['outside_decode_s_per_call']:.2f}"
                   f" s/call  decode by role: {roles}", flush=True)  # fmt: skip
