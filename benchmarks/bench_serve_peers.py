@@ -97,7 +97,7 @@ def llama_server_binary() -> str:
     """llama-server's path, built from the vendored source and cached on first use."""
     from agspec.pipeline.agent_bench import llama_server_binary as binary
 
-    return binary(sys.executable)
+    return binary(sys.executable, ROOT)  # this checkout's script, however agspec is installed
 
 
 def chat_call(base_url: str, model: str, msgs: list[dict[str, str]],

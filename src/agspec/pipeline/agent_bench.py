@@ -39,6 +39,7 @@ tests/serve/test_agent.py.)
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -259,16 +260,21 @@ def server_command(
     raise ValueError(f"unknown server {name!r} (known: {', '.join(SERVERS)})")
 
 
-def llama_server_binary(python: str = sys.executable) -> str:
+@functools.cache
+def llama_server_binary(python: str = sys.executable, repo: Path = REPO) -> str:
     """llama.cpp's `llama-server`, built from the llama-cpp-python sdist's vendored source by
-    `scripts/install_llama_server.sh` (cached after the first build: about 20 minutes)."""
-    out = subprocess.run(
-        ["bash", str(REPO / "scripts" / "install_llama_server.sh"), python],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
+    `repo`'s `scripts/install_llama_server.sh` (cached after the first build: about 20
+    minutes; `repo`: the source checkout, this package's own by default); RuntimeError with
+    the script's last output when it cannot be built."""
+    script = repo / "scripts" / "install_llama_server.sh"
+    if not script.is_file():
+        raise RuntimeError(f"{script} not found: llama-server is built from a source checkout")
+    out = subprocess.run(["bash", str(script), python], capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr or out.stdout).strip()[-2000:]
+        raise RuntimeError(f"{script} failed (exit {out.returncode}):\n{tail}")
+    return lines[-1]
 
 
 @dataclass

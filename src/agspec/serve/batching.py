@@ -282,10 +282,7 @@ class BatchLoop:
         cuts is saved to the KV store first."""
         dec, m = self.decoder, self.engine.metrics
         own = common_prefix_length(dec.cached[slot], want)
-        src, most = -1, own
-        for i, cached in enumerate(dec.cached):
-            if i != slot and (n := common_prefix_length(cached, want)) > most:
-                src, most = i, n
+        src, most = self._longest_elsewhere(slot, want, own)
         store = self.kv_store
         key, stored = store.best(want) if store is not None else (-1, 0)
         if stored > most and stored >= own + MIN_SHARED_TOKENS:
@@ -304,6 +301,15 @@ class BatchLoop:
         if store is not None:
             m.kv_store_bytes.set(store.nbytes)
             m.kv_store_entries.set(len(store))
+
+    def _longest_elsewhere(self, slot: int, want: list[int], held: int) -> tuple[int, int]:
+        """(the other slot whose cache holds the longest prefix of `want`, its length), when
+        longer than `held`; else (-1, held)."""
+        src, most = -1, held
+        for i, cached in enumerate(self.decoder.cached):
+            if i != slot and (n := common_prefix_length(cached, want)) > most:
+                src, most = i, n
+        return src, most
 
     def _wait_for_prefill(self, r: _Running) -> None:
         """Make `r` wait for the request still prefilling the longest prefix of its prompt
@@ -337,13 +343,9 @@ class BatchLoop:
         if self.slots[o.slot] is o and not o.decoding and o.prefilled < r.wait_tokens:
             return False
         r.waits_for = None
-        dec, want = self.decoder, r.prompt[:-1]
-        src, most = -1, r.prefilled
-        for i, cached in enumerate(dec.cached):
-            if i != r.slot and (n := common_prefix_length(cached, want)) > most:
-                src, most = i, n
+        src, most = self._longest_elsewhere(r.slot, r.prompt[:-1], r.prefilled)
         if src >= 0 and most >= r.prefilled + MIN_SHARED_TOKENS:
-            dec.copy_prefix(src, r.slot, most)
+            self.decoder.copy_prefix(src, r.slot, most)
             r.reused += most - r.prefilled
             r.prefilled = most
             self.engine.metrics.kv_copies.inc()
