@@ -269,3 +269,97 @@ def test_calls_that_arrive_together_prefill_their_shared_history_once(model_path
     for i in (0, 1):
         alone, together = got[i + 2].stats["output_ids"], got[i].stats["output_ids"]
         _same_or_near_tie(llm, prompts[i], alone, together, flips=FLIPS, limit=NEAR_TIE_LOGITS)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "timeout"])
+def test_a_request_that_leaves_mid_prefill_frees_the_one_waiting_for_it(
+    model_path, llm, how: str
+) -> None:
+    """A request waiting for another's prefill goes on when that one leaves half way.
+    Queued before the worker starts, in this order: C (a short prompt), A (a long one),
+    B (A's prompt less its question, then another question). C and A prefill in the first
+    step; B shares A's history and waits for A. C's first answer event (emitted on the
+    worker thread, between two steps) ends A mid-prefill: its client goes away, or its time
+    bound passes. Oracle: B finishes, having taken exactly the cells A had prefilled (more
+    than nothing, fewer than the shared prefix: A left before holding it), A ends as a
+    cancel or a 504 naming its prefill, and B's and C's answers equal each prompt decoded
+    alone afterwards (up to checked near-ties)."""
+    from agspec.serve.batching import MIN_SHARED_TOKENS
+    from agspec.serve.engine import Engine, EngineConfig, Failed, Finished, Job
+    from agspec.serve.schema import SamplingParams
+
+    engine = Engine(EngineConfig(model=MODEL, threads=1, n_ctx=2048, drafter="none",
+                                 parallel=3, kv_store_bytes=0, prefill_chunk=64,
+                                 cost_profile=str(_CPU_PROFILE)),
+                    progress=lambda msg: None)  # fmt: skip
+    tok = lambda s: llm.tokenize(s.encode(), add_bos=False, special=False)  # noqa: E731
+    history = tok("".join(f"File {n}.py:\n{FILES[n]}\n" for n in ("a", "b") * 3))
+    prompts = {
+        "c": tok("Say hello."),
+        "a": history + tok("What does f3 return?"),
+        "b": history + tok("Which class has 'ccc'?"),
+    }
+    # A must still be prefilling when C's first token ends it: the first step prefills at
+    # most --n-batch (512) tokens, each later one --prefill-chunk (64).
+    assert len(prompts["a"]) > 1024, len(prompts["a"])
+    done = {k: threading.Event() for k in ("c", "a", "b", "c1", "b1")}
+    got: dict[str, Any] = {}
+    jobs: dict[str, Job] = {}
+    # (A's prefilled tokens, whether it was decoding) when C's first event ended it;
+    # checked on the test's thread (an assert in `emit` would fail the worker's batch).
+    when_left: list[tuple[int, bool]] = []
+
+    def end_a() -> None:
+        if when_left:
+            return
+        a = [r for r in engine.loop.slots if r is not None and r.job is jobs["a"]]
+        when_left.append((a[0].prefilled, a[0].decoding) if a else (-1, False))
+        if how == "cancelled":
+            jobs["a"].cancel.set()
+        else:
+            jobs["a"].deadline = 0.0  # past: the next step ends it
+
+    def job(key: str, ids: list[int]) -> Job:
+        def emit(ev: Any) -> None:
+            if key == "c" and not isinstance(ev, Failed):
+                end_a()
+            if not hasattr(ev, "text") or isinstance(ev, Finished):
+                got[key] = ev
+                done[key].set()
+
+        sampling = SamplingParams(max_tokens=12, temperature=0.0, top_p=1.0, top_k=0,
+                                  seed=None, stop=())  # fmt: skip
+        msgs = [{"role": "user", "content": f"call {key}"}]
+        resolution = engine.resolver.resolve_messages(msgs)
+        # C streams: its first token's event comes in the step that decodes it.
+        jobs[key] = Job(prompt_ids=ids, sampling=sampling, emit=emit, agent="coder",
+                        resolution=resolution, return_ids=True, stream=key == "c")  # fmt: skip
+        return jobs[key]
+
+    try:
+        for key in ("c", "a", "b"):
+            engine.submit(job(key, prompts[key]))
+        engine.start()
+        for key in ("c", "a", "b"):
+            assert done[key].wait(300), f"{key} never finished: {got}"
+        for key in ("c1", "b1"):  # each alone: the reference
+            engine.submit(job(key, prompts[key[0]]))
+            assert done[key].wait(300)
+    finally:
+        engine.close()
+    if how == "cancelled":
+        assert isinstance(got["a"], Finished) and got["a"].finish_reason == "cancelled"
+    else:
+        assert isinstance(got["a"], Failed) and got["a"].error.status == 504
+        assert "during prefill" in got["a"].error.message
+    assert all(isinstance(got[k], Finished) for k in ("c", "b", "c1", "b1")), got
+    ((left_at, decoding),) = when_left
+    assert left_at >= 0 and not decoding, "A was no longer prefilling when C's event came"
+    common = cpl(prompts["a"][:-1], prompts["b"][:-1])
+    # A held what it had prefilled when it left, at most one chunk more (C's emit runs
+    # before the step's prefill is counted); B took those cells, not the whole history.
+    reused = got["b"].stats["reused_prompt_tokens"]
+    assert MIN_SHARED_TOKENS <= left_at <= reused <= left_at + 64 < common
+    for key in ("c", "b"):
+        alone, together = got[key + "1"].stats["output_ids"], got[key].stats["output_ids"]
+        _same_or_near_tie(llm, prompts[key], alone, together, flips=FLIPS, limit=NEAR_TIE_LOGITS)
