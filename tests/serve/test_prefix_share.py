@@ -103,6 +103,47 @@ def same(llm, ref: Any, got: Any) -> bool:
     )
 
 
+def _engine(parallel: int) -> Any:
+    """An in-process `Engine` (not started) of `parallel` slots, prefill chunks of 64."""
+    from agspec.serve.engine import Engine, EngineConfig
+
+    return Engine(EngineConfig(model=MODEL, threads=1, n_ctx=2048, drafter="none",
+                               parallel=parallel, kv_store_bytes=0, prefill_chunk=64,
+                               cost_profile=str(_CPU_PROFILE)),
+                  progress=lambda msg: None)  # fmt: skip
+
+
+def _job(
+    engine: Any,
+    key: Any,
+    ids: list[int],
+    got: dict[Any, Any],
+    done: dict[Any, threading.Event],
+    *,
+    on_event: Any = None,
+    stream: bool = False,
+) -> Any:
+    """A greedy 12-token job of its own session for an in-process `Engine`: its final
+    event lands in got[key] and sets done[key]; `on_event(ev)` sees every event first, on
+    the worker thread."""
+    from agspec.serve.engine import Finished, Job
+    from agspec.serve.schema import SamplingParams
+
+    def emit(ev: Any) -> None:
+        if on_event is not None:
+            on_event(ev)
+        if not hasattr(ev, "text") or isinstance(ev, Finished):
+            got[key] = ev
+            done[key].set()
+
+    sampling = SamplingParams(max_tokens=12, temperature=0.0, top_p=1.0, top_k=0, seed=None,
+                              stop=())  # fmt: skip
+    msgs = [{"role": "user", "content": f"call {key}"}]
+    return Job(prompt_ids=ids, sampling=sampling, emit=emit, agent="coder",
+               resolution=engine.resolver.resolve_messages(msgs), return_ids=True,
+               stream=stream)  # fmt: skip
+
+
 def test_sessions_beyond_the_slots_restore_their_kv(model_path, reference, llm) -> None:
     """Two sessions take turns on one slot: each next call restores its session's saved
     KV instead of prefilling its history again."""
@@ -225,30 +266,17 @@ def test_calls_that_arrive_together_prefill_their_shared_history_once(model_path
     Oracle: its `reused_prompt_tokens` is the common prefix of the two prompts (less the
     pending last token), the first reuses nothing, and both answers equal each prompt
     decoded alone afterwards (up to checked near-ties)."""
-    from agspec.serve.engine import Engine, EngineConfig, Finished, Job
-    from agspec.serve.schema import SamplingParams
+    from agspec.serve.engine import Finished
 
-    engine = Engine(EngineConfig(model=MODEL, threads=1, n_ctx=2048, drafter="none",
-                                 parallel=2, kv_store_bytes=0, prefill_chunk=64,
-                                 cost_profile=str(_CPU_PROFILE)),
-                    progress=lambda msg: None)  # fmt: skip
+    engine = _engine(2)
     tok = lambda s: llm.tokenize(s.encode(), add_bos=False, special=False)  # noqa: E731
     shared = tok(f"File a.py:\n{FILES['a']}\nFile b.py:\n{FILES['b']}\n")
     prompts = [shared + tok("What does f3 return?"), shared + tok("Which class has 'ccc'?")]
-    done: list[threading.Event] = [threading.Event() for _ in range(4)]
-    got: list[Any] = [None] * 4
+    done = {i: threading.Event() for i in range(4)}
+    got: dict[int, Any] = {}
 
-    def job(i: int, ids: list[int]) -> Job:
-        def emit(ev: Any, i: int = i) -> None:
-            if not hasattr(ev, "text") or isinstance(ev, Finished):
-                got[i] = ev
-                done[i].set()
-
-        sampling = SamplingParams(max_tokens=12, temperature=0.0, top_p=1.0, top_k=0,
-                                  seed=None, stop=())  # fmt: skip
-        msgs = [{"role": "user", "content": f"call {i}"}]
-        return Job(prompt_ids=ids, sampling=sampling, emit=emit, agent="coder",
-                   resolution=engine.resolver.resolve_messages(msgs), return_ids=True)  # fmt: skip
+    def job(i: int, ids: list[int]) -> Any:
+        return _job(engine, i, ids, got, done)
 
     try:
         engine.submit(job(0, prompts[0]))
@@ -261,7 +289,7 @@ def test_calls_that_arrive_together_prefill_their_shared_history_once(model_path
             assert done[i].wait(300)
     finally:
         engine.close()
-    assert all(isinstance(g, Finished) for g in got), got
+    assert len(got) == 4 and all(isinstance(g, Finished) for g in got.values()), got
     common = cpl(prompts[0][:-1], prompts[1][:-1])
     assert common >= len(shared) - 2 and common >= 200
     assert got[0].stats["reused_prompt_tokens"] == 0
@@ -285,13 +313,9 @@ def test_a_request_that_leaves_mid_prefill_frees_the_one_waiting_for_it(
     cancel or a 504 naming its prefill, and B's and C's answers equal each prompt decoded
     alone afterwards (up to checked near-ties)."""
     from agspec.serve.batching import MIN_SHARED_TOKENS
-    from agspec.serve.engine import Engine, EngineConfig, Failed, Finished, Job
-    from agspec.serve.schema import SamplingParams
+    from agspec.serve.engine import Failed, Finished
 
-    engine = Engine(EngineConfig(model=MODEL, threads=1, n_ctx=2048, drafter="none",
-                                 parallel=3, kv_store_bytes=0, prefill_chunk=64,
-                                 cost_profile=str(_CPU_PROFILE)),
-                    progress=lambda msg: None)  # fmt: skip
+    engine = _engine(3)
     tok = lambda s: llm.tokenize(s.encode(), add_bos=False, special=False)  # noqa: E731
     history = tok("".join(f"File {n}.py:\n{FILES[n]}\n" for n in ("a", "b") * 3))
     prompts = {
@@ -304,7 +328,7 @@ def test_a_request_that_leaves_mid_prefill_frees_the_one_waiting_for_it(
     assert len(prompts["a"]) > 1024, len(prompts["a"])
     done = {k: threading.Event() for k in ("c", "a", "b", "c1", "b1")}
     got: dict[str, Any] = {}
-    jobs: dict[str, Job] = {}
+    jobs: dict[str, Any] = {}
     # (A's prefilled tokens, whether it was decoding) when C's first event ended it;
     # checked on the test's thread (an assert in `emit` would fail the worker's batch).
     when_left: list[tuple[int, bool]] = []
@@ -319,21 +343,13 @@ def test_a_request_that_leaves_mid_prefill_frees_the_one_waiting_for_it(
         else:
             jobs["a"].deadline = 0.0  # past: the next step ends it
 
-    def job(key: str, ids: list[int]) -> Job:
-        def emit(ev: Any) -> None:
+    def job(key: str, ids: list[int]) -> Any:
+        def on_event(ev: Any) -> None:
             if key == "c" and not isinstance(ev, Failed):
                 end_a()
-            if not hasattr(ev, "text") or isinstance(ev, Finished):
-                got[key] = ev
-                done[key].set()
 
-        sampling = SamplingParams(max_tokens=12, temperature=0.0, top_p=1.0, top_k=0,
-                                  seed=None, stop=())  # fmt: skip
-        msgs = [{"role": "user", "content": f"call {key}"}]
-        resolution = engine.resolver.resolve_messages(msgs)
         # C streams: its first token's event comes in the step that decodes it.
-        jobs[key] = Job(prompt_ids=ids, sampling=sampling, emit=emit, agent="coder",
-                        resolution=resolution, return_ids=True, stream=key == "c")  # fmt: skip
+        jobs[key] = _job(engine, key, ids, got, done, on_event=on_event, stream=key == "c")
         return jobs[key]
 
     try:
