@@ -55,15 +55,14 @@ def load_calls(limit: int | None) -> list[tuple[str, list[dict[str, str]]]]:
 class LlamaServer:
     def __init__(self, binary: str, model: str, threads: int, parallel: int, n_ctx: int,
                  spec_type: str) -> None:  # fmt: skip
+        from agspec.pipeline.agent_bench import llama_server_command
         from agspec.serve.launch import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [binary, "-m", model, "--port", str(self.port), "-t", str(threads), "-tb",
-               str(threads), "-np", str(parallel), "-c", str(n_ctx * parallel),
-               "--no-webui", "--log-disable"]  # fmt: skip
-        if spec_type != "none":
-            cmd += ["--spec-type", spec_type]
+        cmd = llama_server_command(binary, model, threads=threads, parallel=parallel,
+                                   slot_ctx_tokens=n_ctx, spec_type=spec_type)  # fmt: skip
+        cmd += ["--port", str(self.port), "--log-disable"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def start(self) -> LlamaServer:

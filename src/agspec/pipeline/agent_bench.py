@@ -237,27 +237,38 @@ def server_command(
             ]
         return cmd
     if name in ("llama-server", "llama-server-ngram-mod"):
-        cmd = [
-            llama_server_binary(args.llama_python),
-            "-m",
-            str(model),
+        return [
+            *llama_server_command(
+                llama_server_binary(args.llama_python),
+                str(model),
+                threads=args.threads,
+                parallel=1,
+                slot_ctx_tokens=args.n_ctx,
+                spec_type="ngram-mod" if name == "llama-server-ngram-mod" else "none",
+            ),
             *common,
-            "-t",
-            str(args.threads),
-            "-tb",
-            str(args.threads),
-            "-c",
-            str(args.n_ctx),
-            "-np",
-            "1",
             "--alias",
             args.model_alias,
-            "--no-webui",
         ]
-        if name == "llama-server-ngram-mod":
-            cmd += ["--spec-type", "ngram-mod"]
-        return cmd
     raise ValueError(f"unknown server {name!r} (known: {', '.join(SERVERS)})")
+
+
+def llama_server_command(
+    binary: str, model: str, *, threads: int, parallel: int, slot_ctx_tokens: int, spec_type: str
+) -> list[str]:
+    """`llama-server`'s command line as the benchmarks run it (host and port not included):
+    `parallel` slots of `slot_ctx_tokens` each (its `-c` is the context of all slots),
+    `threads` for decode and batch, `--spec-type spec_type` unless "none".
+
+    >>> llama_server_command("llama-server", "m.gguf", threads=2, parallel=4,
+    ...                      slot_ctx_tokens=8192, spec_type="ngram-mod")[3:]
+    ['-t', '2', '-tb', '2', '-np', '4', '-c', '32768', '--no-webui', '--spec-type', 'ngram-mod']
+    """
+    cmd = [binary, "-m", model, "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
+           "-c", str(slot_ctx_tokens * parallel), "--no-webui"]  # fmt: skip
+    if spec_type != "none":
+        cmd += ["--spec-type", spec_type]
+    return cmd
 
 
 @functools.cache
