@@ -38,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-sessions", type=int, default=None)
     args = ap.parse_args(argv)
     tok = get_tokenizer("qwen2.5")
-    sessions = load_sessions(args.traces, tok, limit_sessions=args.limit_sessions)
+    try:
+        sessions = load_sessions(args.traces, tok, limit_sessions=args.limit_sessions)
+        resolve_cost_model(args.cost_model, context_tokens=1024)  # a bad name fails here
+    except ValueError as exc:
+        ap.error(str(exc))
+    if not sessions:
+        ap.error("no sessions in the traces given")
     by_source = defaultdict(list)
     for s in sessions:
         by_source[s.source].append(s)
@@ -86,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
                             slot = corpora.names.index(drafter.last_source)
                             uncut = corpora.continuation(slot, args.tokens)
                             own = greedy_commit(uncut, out, pos)[0]
+                    # Tokens a step commits: the accepted ones and the model's own next
+                    # token, fewer where the output ends (as the lab counts them).
+                    left = len(out) - pos
                     steps += 1
-                    drafted += accepted
-                    picked += max(own, accepted)
-                    best += top
+                    drafted += len(committed)
+                    picked += min(max(own, accepted) + 1, left)
+                    best += min(top + 1, left)
                     wrong_first += bool(draft) and accepted == 0
                     drafter.accept(committed)
                     pos += len(committed)
@@ -99,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
         n = max(steps, 1)
         print(
-            f"| {source} | {steps:,} | {drafted / n + 1:.2f} | {picked / n + 1:.2f} | "
-            f"{best / n + 1:.2f} | {wrong_first / n:.0%} |"
+            f"| {source} | {steps:,} | {drafted / n:.2f} | {picked / n:.2f} | "
+            f"{best / n:.2f} | {wrong_first / n:.0%} |"
         )
     return 0
 
