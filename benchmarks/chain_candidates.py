@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sessions = load_sessions(args.traces, tok, limit_sessions=args.limit_sessions)
         resolve_cost_model(args.cost_model, context_tokens=1024)  # a bad name fails here
+        config = RunConfig(drafters=(args.drafter,), batch_sizes=(1,), max_draft_tokens=args.tokens)
     except ValueError as exc:
         ap.error(str(exc))
     if not sessions:
@@ -48,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     by_source = defaultdict(list)
     for s in sessions:
         by_source[s.source].append(s)
-    config = RunConfig(drafters=(args.drafter,), batch_sizes=(1,), max_draft_tokens=args.tokens)
     print("| source | steps | drafted | today's pick | best candidate | first token wrong |")
     print("|---|---|---|---|---|---|")
     for source, group in by_source.items():
