@@ -38,6 +38,7 @@ PARTS: list[tuple[Any, str]] = [
     (AgSpecCall, "tree_candidates"),
     (batch_mod, "candidate_tries_flat"),
     (batch_mod, "size_trees_at_prices"),
+    (batch_mod, "size_flat_tries_at_prices"),
     (AgSpecCall, "keep_tree"),
     (AgSpecCall, "take_committed"),
     (AgSpecCall, "_tree_path"),

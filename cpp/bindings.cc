@@ -15,6 +15,7 @@
 #include "match_cursor.h"
 #include "messages.h"
 #include "token_index.h"
+#include "tree_size.h"
 #include "workers.h"
 
 namespace nb = nanobind;
@@ -409,6 +410,76 @@ NB_MODULE(_native, m) {
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));
+  // The batched tree step's scoring and sizing (cpp/policy/tree_size.h): the tries in
+  // continuation_tries' flat layout (parents, support, branch_of, node_starts), then per
+  // sized tree its index in them, its branches' curves (ids into `curves`, branch_starts
+  // per sized tree) and rate table (an index into `rate_tables`) and its budget; the
+  // step's prices. Returns (keep, keep_starts): sized tree j keeps nodes keep[keep_starts[j]
+  // .. keep_starts[j + 1]), in node order, counted within its tree.
+  m.def(
+      "size_trees_at_prices",
+      [](const std::vector<int32_t>& parents, const std::vector<int32_t>& support,
+         const std::vector<int32_t>& branch_of, const std::vector<int32_t>& node_starts,
+         const std::vector<int64_t>& trees, const std::vector<int64_t>& branch_starts,
+         const std::vector<int64_t>& branch_curves, const std::vector<std::vector<double>>& curves,
+         const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& rate_of,
+         const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
+        const size_t num_nodes = parents.size();
+        if (support.size() != num_nodes || branch_of.size() != num_nodes) {
+          throw agspec::ArgumentError(
+              "size_trees_at_prices: one parent, support and branch per node");
+        }
+        if (node_starts.empty() || size_t(node_starts.back()) != num_nodes) {
+          throw agspec::ArgumentError("size_trees_at_prices: node_starts must end at the nodes");
+        }
+        const size_t num_sized = trees.size();
+        if (branch_starts.size() != num_sized + 1 || rate_of.size() != num_sized ||
+            budgets.size() != num_sized) {
+          throw agspec::ArgumentError(
+              "size_trees_at_prices: one rate table and budget per sized tree, and "
+              "branch_starts one longer");
+        }
+        if (size_t(branch_starts.back()) != branch_curves.size()) {
+          throw agspec::ArgumentError(
+              "size_trees_at_prices: branch_starts must end at the branch curves");
+        }
+        std::vector<double> curve_values, rate_values;
+        std::vector<int64_t> curve_starts{0};
+        curve_starts.reserve(curves.size() + 1);
+        for (const std::vector<double>& c : curves) {
+          curve_values.insert(curve_values.end(), c.begin(), c.end());
+          curve_starts.push_back(int64_t(curve_values.size()));
+        }
+        const size_t per_table = rate_tables.empty() ? 1 : rate_tables[0].size();
+        for (const std::vector<double>& r : rate_tables) {
+          if (r.size() != per_table) {
+            throw agspec::ArgumentError("size_trees_at_prices: rate tables of unequal sizes");
+          }
+          rate_values.insert(rate_values.end(), r.begin(), r.end());
+        }
+        const agspec::FlatTrieView view{parents.data(), support.data(), branch_of.data(),
+                                        node_starts.data(), node_starts.size() - 1};
+        const agspec::TreeSizingView sizing{trees.data(),
+                                            branch_starts.data(),
+                                            branch_curves.data(),
+                                            curve_values.data(),
+                                            curve_starts.data(),
+                                            curves.size(),
+                                            rate_values.data(),
+                                            rate_tables.size(),
+                                            per_table,
+                                            rate_of.data(),
+                                            budgets.data(),
+                                            prices.data(),
+                                            prices.size(),
+                                            num_sized};
+        std::vector<int32_t> keep, keep_starts;
+        agspec::size_trees_at_prices(view, sizing, &keep, &keep_starts);
+        return std::make_pair(std::move(keep), std::move(keep_starts));
+      },
+      nb::arg("parents"), nb::arg("support"), nb::arg("branch_of"), nb::arg("node_starts"),
+      nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"), nb::arg("curves"),
+      nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"), nb::arg("prices"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));

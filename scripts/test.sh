@@ -37,7 +37,8 @@ for sanitize in address thread; do
     cmake -S . -B "$build" -G Ninja -DAGSPEC_SANITIZE=$sanitize -DCMAKE_BUILD_TYPE=Debug >/dev/null
     cmake --build "$build" >/dev/null
     (cd "$build" && export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" &&
-        ./token_index_test && ./token_index_threads_test && ./branch_trie_test)
+        ./token_index_test && ./token_index_threads_test && ./branch_trie_test &&
+        ./tree_size_test)
     rm -rf "$build"
 done
 
@@ -46,7 +47,8 @@ $PY -m ruff check src tests benchmarks scripts
 $PY -m ruff format --check src tests benchmarks scripts
 # clang-format from its pinned PyPI wheel, run through the package (no PATH lookup).
 $PY -c "import sys, clang_format; sys.exit(clang_format.clang_format())" \
-    --dry-run -Werror cpp/*.cc cpp/index/*.cc cpp/index/*.h cpp/tests/*.cc
+    --dry-run -Werror cpp/*.cc cpp/index/*.cc cpp/index/*.h cpp/policy/*.cc cpp/policy/*.h \
+    cpp/tests/*.cc
 echo "== mypy"
 $PY -m mypy
 

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from agspec.policy.cost_length import batch_prices
 from agspec.policy.tree_size import (
     BranchRates,
+    flatten_tries,
     merge_branches,
     node_probabilities,
+    size_flat_tries_at_prices,
     size_tree,
     size_trees_at_prices,
 )
@@ -234,3 +236,130 @@ def test_size_trees_at_prices_equal_the_per_tree_functions(num_trees, data):
         tables.append(table)
         budgets.append(budget)
     assert size_trees_at_prices(shapes, all_curves, tables, budgets, prices) == want
+
+
+_CURVE_STEPS = st.sampled_from([1.0, 0.9, 0.5, 0.25, 0.0, 1e-300, 0.7000000000000001])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_the_native_sizing_keeps_the_nodes_the_reference_keeps(num_trees, data):
+    """`size_flat_tries_at_prices` (cpp/policy/tree_size.cc) against `size_trees_at_prices`
+    on the same tries: flat, some trees not sized and the rest in any order, curves and
+    rate tables shared between branches and trees, curves that rise or hold (ties) or
+    vanish, prices of every shape. The kept nodes must be the same lists: the native loop
+    computes the same floats in the same order."""
+    tries, shapes, curves_of_tree, table_of_tree = [], [], [], []
+    curves: list[list[float]] = []
+    rates = st.lists(st.sampled_from([0.0, 0.2, 0.5, 0.99, 1.0]), min_size=5, max_size=5)
+    tables = [data.draw(rates) for _ in range(data.draw(st.integers(1, 3)))]
+    for _ in range(num_trees):
+        branches = data.draw(
+            st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=9)
+        )
+        weights = data.draw(st.lists(st.integers(1, 6), min_size=9, max_size=9))
+        tokens, parents, support, curve_of = merge_branches(branches, weights[: len(branches)])
+        ids = []
+        for _ in branches:
+            if curves and data.draw(st.booleans()):
+                ids.append(data.draw(st.integers(0, len(curves) - 1)))  # a shared curve
+                continue
+            curve, s = [], 1.0
+            for h in data.draw(st.lists(_CURVE_STEPS, max_size=7)):
+                s = s * h if data.draw(st.booleans()) else min(1.0, s / max(h, 0.5))
+                curve.append(s)
+            ids.append(len(curves))
+            curves.append(curve)
+        tries.append((tokens, parents, support, curve_of, [-1]))
+        shapes.append((parents, support, curve_of))
+        curves_of_tree.append(ids)
+        table_of_tree.append(data.draw(st.integers(0, len(tables) - 1)))
+    flat = flatten_tries(tries)
+    sized = data.draw(st.lists(st.integers(0, num_trees - 1), max_size=num_trees + 2))
+    budgets = [data.draw(st.integers(0, 40)) for _ in sized]
+    prices = [0.0, *sorted(data.draw(st.lists(st.floats(0.0, 2.0), min_size=0, max_size=30)))]
+    if data.draw(st.booleans()):
+        prices = [0.0, *data.draw(st.lists(st.floats(-1.0, 2.0), max_size=30))]  # any shape
+    branch_curves, branch_starts = [], [0]
+    for t in sized:
+        branch_curves += curves_of_tree[t]
+        branch_starts.append(len(branch_curves))
+    keep, keep_starts = size_flat_tries_at_prices(
+        (flat[1], flat[2], flat[3], flat[5]),
+        sized,
+        branch_curves=branch_curves,
+        branch_starts=branch_starts,
+        curves=curves,
+        rate_tables=tables,
+        rate_of=[table_of_tree[t] for t in sized],
+        budgets=budgets,
+        prices=prices,
+    )
+    want = size_trees_at_prices(
+        [shapes[t] for t in sized],
+        [[curves[c] for c in curves_of_tree[t]] for t in sized],
+        [tables[table_of_tree[t]] for t in sized],
+        budgets,
+        prices,
+    )
+    assert [keep[a:b] for a, b in zip(keep_starts, keep_starts[1:])] == want
+    assert len(keep_starts) == len(sized) + 1
+
+
+def _one_tree(**changes):
+    """The module docstring's tree as `size_flat_tries_at_prices` arguments, changed."""
+    args = dict(
+        tries=([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4]),
+        trees=[0],
+        branch_curves=[0, 1],
+        branch_starts=[0, 2],
+        curves=[[0.9, 0.5, 0.4], [0.6, 0.3]],
+        rate_tables=[[0.5] * 5],
+        rate_of=[0],
+        budgets=[4],
+        prices=[0.0, 0.1, 0.2, 0.3, 0.4],
+    )
+    args.update(changes)
+    tries, trees = args.pop("tries"), args.pop("trees")
+    return size_flat_tries_at_prices(tries, trees, **args)
+
+
+def test_the_native_sizing_of_the_docstring_tree():
+    assert _one_tree() == ([0, 1, 2, 3], [0, 4])
+    # Dear prices: only the likeliest node pays (0.9 - 0.85), then none.
+    assert _one_tree(prices=[0.0, 0.85, 2.0, 3.0, 4.0]) == ([0], [0, 1])
+    assert _one_tree(prices=[0.0, 1.0]) == ([], [0, 0])
+    assert _one_tree(budgets=[0]) == ([], [0, 0])
+    assert _one_tree(trees=[], branch_starts=[0], branch_curves=[], rate_of=[], budgets=[]) == (
+        [],
+        [0],
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"tries": ([-1, 2, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4])}, "earlier node"),
+        ({"tries": ([-1, 0, 1, -2], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4])}, "earlier node"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 1, 0, 1], [0, 4])}, "must not fall"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 2], [0, 4])}, "curve each"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, -2, 1], [0, 0, 0, 1], [0, 4])}, "support"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 3])}, "end at the nodes"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 5, 4])}, "not fall"),
+        ({"tries": ([-1, 0, 1, 0], [3, 2, 2], [0, 0, 0, 1], [0, 4])}, "per node"),
+        ({"trees": [1]}, "tree index"),
+        ({"trees": [-1]}, "tree index"),
+        ({"branch_curves": [0, 2]}, "curve index"),
+        ({"branch_starts": [0, 3]}, "end at the branch curves"),
+        ({"rate_of": [1]}, "rate table"),
+        ({"rate_tables": [[0.5] * 5, [0.5] * 4]}, "unequal"),
+        ({"budgets": [-1]}, "negative"),
+        ({"budgets": [4, 4]}, "per sized tree"),
+        ({"curves": [[0.9, float("nan"), 0.4], [0.6, 0.3]]}, "not finite"),
+        ({"rate_tables": [[float("inf")] * 5]}, "not finite"),
+        ({"prices": []}, "at least price"),
+    ],
+)
+def test_the_native_sizing_refuses_inconsistent_input(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _one_tree(**changes)

@@ -19,7 +19,7 @@ from agspec.corpora.corpus_set import (
 from agspec.drafter.call import AgSpecCall, candidate_tries, candidate_tries_flat
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
-from agspec.policy.tree_size import flatten_tries, size_trees_at_prices
+from agspec.policy.tree_size import flatten_tries, size_flat_tries_at_prices
 
 if TYPE_CHECKING:
     from agspec.drafter.server import AgSpecServer
@@ -314,16 +314,21 @@ def _grow_trees(
         return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
     # `AgSpecCall.take_tree` of every tree at once: each branch's curve (read once per
     # agent, match and depth: scoring only reads), then every tree scored and sized at the
-    # step's prices in one pass (`size_trees_at_prices`), then each kept in its call.
+    # step's prices in one native call (`size_flat_tries_at_prices`), then each kept in
+    # its call. Curves and rate tables go once each, trees point at them by index.
     survival = server.lengths.survival
     rates = server.branch_rates
-    # (agent, depth) -> match -> the curve of a branch from a corpus with that match
-    by_match: dict[tuple[str, int], dict[int, list[float]]] = {}
-    by_agent: dict[str, list[float]] = {}  # q_a of each agent (nothing observes meanwhile)
-    sized: list[int] = []  # the trees sized (t)
-    branch_curves: list[list[float]] = []  # every sized tree's branches' curves, in turn
-    curve_at: list[int] = [0]  # where sized tree j's curves start in branch_curves
+    # (agent, depth) -> match -> the index in `curves` of the curve of a branch from a
+    # corpus with that match
+    by_match: dict[tuple[str, int], dict[int, int]] = {}
+    by_agent: dict[str, int] = {}  # agent -> the index in `tables` of its q_a
+    curves: list[list[float]] = []
     tables: list[list[float]] = []
+    chain_ids: dict[int, int] = {}  # id(a chain's curve) -> its index in `curves`
+    sized: list[int] = []  # the trees sized (t)
+    branch_curves: list[int] = []  # every sized tree's branches' curves, in turn
+    branch_at: list[int] = [0]  # where sized tree j's curves start in branch_curves
+    rate_of: list[int] = []
     sized_budgets: list[int] = []
     most = 0  # the most nodes any tree may keep: how far the prices must go
     for t, i in enumerate(grown):
@@ -334,22 +339,29 @@ def _grow_trees(
         depth = depths[t]
         ls_at = length_at[t]
         s_at = slot_at[t]
-        branch_curves.append(chain_curves[t])
+        chain_curve = chain_curves[t]  # shared by the trees of one `bounds` entry
+        c_id = chain_ids.get(id(chain_curve))
+        if c_id is None:
+            c_id = chain_ids[id(chain_curve)] = len(curves)
+            curves.append(chain_curve)
+        branch_curves.append(c_id)
         of_match = by_match.get((agent, depth))
         if of_match is None:
             of_match = by_match[agent, depth] = {}
         for k in range(o, o_end):
             m = lengths[ls_at + flat_slots[s_at + origin[k]]]
-            c = of_match.get(m)
-            if c is None:
-                c = of_match[m] = survival.curve(agent, m, depth)[:depth]
-            branch_curves.append(c)
-        curve_at.append(len(branch_curves))
+            c_id = of_match.get(m)
+            if c_id is None:
+                c_id = of_match[m] = len(curves)
+                curves.append(survival.curve(agent, m, depth)[:depth])
+            branch_curves.append(c_id)
+        branch_at.append(len(branch_curves))
         sized.append(t)
-        table = by_agent.get(agent)
-        if table is None:
-            table = by_agent[agent] = rates.table_for(agent)
-        tables.append(table)
+        r_id = by_agent.get(agent)
+        if r_id is None:
+            r_id = by_agent[agent] = len(tables)
+            tables.append(rates.table_for(agent))
+        rate_of.append(r_id)
         budget = budgets[t]
         sized_budgets.append(budget)
         num = node_at[t + 1] - node_at[t]
@@ -358,25 +370,24 @@ def _grow_trees(
     if sized:
         # A node costs what a draft token costs in the batch (the chain rule's prices, at
         # the tree's step costs; one list for the step: prices do not depend on how far
-        # they go). Each tree's slices are made as it is sized, then dropped.
+        # they go).
         prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
-        keeps = size_trees_at_prices(
-            (
-                (
-                    parents[node_at[t] : node_at[t + 1]],
-                    support[node_at[t] : node_at[t + 1]],
-                    branch_of[node_at[t] : node_at[t + 1]],
-                )
-                for t in sized
-            ),
-            (branch_curves[a:b] for a, b in zip(curve_at, curve_at[1:])),
-            tables,
-            sized_budgets,
-            prices,
+        keep, keep_at = size_flat_tries_at_prices(
+            (parents, support, branch_of, node_at),
+            sized,
+            branch_curves=branch_curves,
+            branch_starts=branch_at,
+            curves=curves,
+            rate_tables=tables,
+            rate_of=rate_of,
+            budgets=sized_budgets,
+            prices=prices,
         )
-        for t, keep in zip(sized, keeps):
+        for j, t in enumerate(sized):
             i = grown[t]
-            out[i] = calls[i].keep_tree(chains[i], keep, tokens, parents, support, node_at[t])
+            out[i] = calls[i].keep_tree(
+                chains[i], keep[keep_at[j] : keep_at[j + 1]], tokens, parents, support, node_at[t]
+            )
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 
 

@@ -43,6 +43,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
+from agspec import _native
 from agspec.policy.cost_length import best_length, best_length_at_prices
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "merge_branches",
     "merge_candidates",
     "node_probabilities",
+    "size_flat_tries_at_prices",
     "size_tree",
     "size_trees_at_prices",
 ]
@@ -407,3 +409,48 @@ def size_trees_at_prices(
                 best, best_value = k + 1, value
         out.append(sorted(order[:best]))
     return out
+
+
+def size_flat_tries_at_prices(
+    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+    trees: Sequence[int],
+    *,
+    branch_curves: Sequence[int],
+    branch_starts: Sequence[int],
+    curves: Sequence[Sequence[float]],
+    rate_tables: Sequence[Sequence[float]],
+    rate_of: Sequence[int],
+    budgets: Sequence[int],
+    prices: Sequence[float],
+) -> tuple[list[int], list[int]]:
+    """`size_trees_at_prices` in one native call (cpp/policy/tree_size.h), over a batch
+    step's flat tries: `tries` is (parents, support, branch_of, node_starts) of
+    `FlatTries`, and sized tree j is tries' tree trees[j], its branch b's curve
+    curves[branch_curves[branch_starts[j] + b]], its q_a rate_tables[rate_of[j]] (one rate
+    per support 0 .. MAX_SUPPORT_BUCKET) and its budget budgets[j]. Returns (keep,
+    keep_starts): tree j keeps keep[keep_starts[j] : keep_starts[j + 1]], the nodes that
+    `size_trees_at_prices` keeps (the same floats, in its order: tests/policy). Curves
+    and rate tables go once each, however many trees share them. Inconsistent input (an
+    index out of range, a parent not before its node, a non-finite curve value) is a
+    ValueError.
+
+    >>> size_flat_tries_at_prices(([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4]), [0],
+    ...     branch_curves=[0, 1], branch_starts=[0, 2], curves=[[0.9, 0.5, 0.4], [0.6, 0.3]],
+    ...     rate_tables=[[0.5] * 5], rate_of=[0], budgets=[4], prices=[0.0, 0.1, 0.2, 0.3, 0.4])
+    ([0, 1, 2, 3], [0, 4])
+    """
+    parents, support, branch_of, node_starts = tries
+    return _native.size_trees_at_prices(
+        parents,
+        support,
+        branch_of,
+        node_starts,
+        trees,
+        branch_starts,
+        branch_curves,
+        curves,
+        rate_tables,
+        rate_of,
+        budgets,
+        prices,
+    )
