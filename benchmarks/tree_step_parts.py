@@ -39,7 +39,7 @@ PARTS: list[tuple[Any, str]] = [
     (batch_mod, "candidate_tries_flat"),
     (batch_mod, "size_trees_at_prices"),
     (batch_mod, "size_flat_tries_at_prices"),
-    (AgSpecCall, "keep_tree"),
+    (AgSpecCall, "adopt_tree"),
     (AgSpecCall, "take_committed"),
     (AgSpecCall, "_tree_path"),
     (batch_mod, "advance_batch_begin"),

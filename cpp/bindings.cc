@@ -411,23 +411,25 @@ NB_MODULE(_native, m) {
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));
   // The batched tree step's scoring and sizing (cpp/policy/tree_size.h): the tries in
-  // continuation_tries' flat layout (parents, support, branch_of, node_starts), then per
-  // sized tree its index in them, its branches' curves (ids into `curves`, branch_starts
-  // per sized tree) and rate table (an index into `rate_tables`) and its budget; the
-  // step's prices. Returns (keep, keep_starts): sized tree j keeps nodes keep[keep_starts[j]
-  // .. keep_starts[j + 1]), in node order, counted within its tree.
+  // continuation_tries' flat layout (tokens, parents, support, branch_of, node_starts),
+  // then per sized tree its index in them, its branches' curves (ids into `curves`,
+  // branch_starts per sized tree), its rate table (an index into `rate_tables`) and its
+  // budget; the step's prices. Returns the kept trees (tokens, parents, support, starts,
+  // num_chain): sized tree j is starts[j] .. starts[j + 1] - 1 of the first three.
   m.def(
       "size_trees_at_prices",
-      [](const std::vector<int32_t>& parents, const std::vector<int32_t>& support,
-         const std::vector<int32_t>& branch_of, const std::vector<int32_t>& node_starts,
-         const std::vector<int64_t>& trees, const std::vector<int64_t>& branch_starts,
-         const std::vector<int64_t>& branch_curves, const std::vector<std::vector<double>>& curves,
+      [](const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents,
+         const std::vector<int32_t>& support, const std::vector<int32_t>& branch_of,
+         const std::vector<int32_t>& node_starts, const std::vector<int64_t>& trees,
+         const std::vector<int64_t>& branch_starts, const std::vector<int64_t>& branch_curves,
+         const std::vector<std::vector<double>>& curves,
          const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& rate_of,
          const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
         const size_t num_nodes = parents.size();
-        if (support.size() != num_nodes || branch_of.size() != num_nodes) {
+        if (tokens.size() != num_nodes || support.size() != num_nodes ||
+            branch_of.size() != num_nodes) {
           throw agspec::ArgumentError(
-              "size_trees_at_prices: one parent, support and branch per node");
+              "size_trees_at_prices: one token, parent, support and branch per node");
         }
         if (node_starts.empty() || size_t(node_starts.back()) != num_nodes) {
           throw agspec::ArgumentError("size_trees_at_prices: node_starts must end at the nodes");
@@ -457,7 +459,8 @@ NB_MODULE(_native, m) {
           }
           rate_values.insert(rate_values.end(), r.begin(), r.end());
         }
-        const agspec::FlatTrieView view{parents.data(), support.data(), branch_of.data(),
+        const agspec::FlatTrieView view{tokens.data(),      parents.data(),
+                                        support.data(),     branch_of.data(),
                                         node_starts.data(), node_starts.size() - 1};
         const agspec::TreeSizingView sizing{trees.data(),
                                             branch_starts.data(),
@@ -473,13 +476,17 @@ NB_MODULE(_native, m) {
                                             prices.data(),
                                             prices.size(),
                                             num_sized};
-        std::vector<int32_t> keep, keep_starts;
-        agspec::size_trees_at_prices(view, sizing, &keep, &keep_starts);
-        return std::make_pair(std::move(keep), std::move(keep_starts));
+        agspec::KeptTrees kept;
+        agspec::size_trees_at_prices(view, sizing, &kept);
+        using Ints = std::vector<int32_t>;
+        return std::tuple<Ints, Ints, Ints, Ints, Ints>(
+            std::move(kept.tokens), std::move(kept.parents), std::move(kept.support),
+            std::move(kept.starts), std::move(kept.num_chain));
       },
-      nb::arg("parents"), nb::arg("support"), nb::arg("branch_of"), nb::arg("node_starts"),
-      nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"), nb::arg("curves"),
-      nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"), nb::arg("prices"));
+      nb::arg("tokens"), nb::arg("parents"), nb::arg("support"), nb::arg("branch_of"),
+      nb::arg("node_starts"), nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"),
+      nb::arg("curves"), nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"),
+      nb::arg("prices"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));

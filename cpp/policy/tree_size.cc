@@ -25,12 +25,19 @@ void check(const FlatTrieView& tries, const TreeSizingView& s) {
   for (size_t c = 0; c < s.num_curves; ++c) {
     if (s.curve_starts[c + 1] < s.curve_starts[c]) bad("curve_starts must not fall");
   }
-  for (int64_t k = 0; k < s.curve_starts[s.num_curves]; ++k) {
-    if (!std::isfinite(s.curve_values[k])) bad("a curve value is not finite");
+  // Survival curves and rates are probabilities and a curve never rises: so no node is
+  // likelier than its parent, and the best n nodes by p hold every parent of theirs.
+  for (size_t c = 0; c < s.num_curves; ++c) {
+    double last = 1.0;
+    for (int64_t k = s.curve_starts[c]; k < s.curve_starts[c + 1]; ++k) {
+      const double v = s.curve_values[k];
+      if (!(v >= 0.0 && v <= last)) bad("a curve value is not in [0, 1] or the curve rises");
+      last = v;
+    }
   }
   if (s.rates_per_table == 0) bad("a rate table needs at least one rate");
   for (size_t k = 0; k < s.num_tables * s.rates_per_table; ++k) {
-    if (!std::isfinite(s.rate_values[k])) bad("a rate is not finite");
+    if (!(s.rate_values[k] >= 0.0 && s.rate_values[k] <= 1.0)) bad("a rate is not in [0, 1]");
   }
   if (s.num_prices == 0) bad("prices must hold at least price(0)");
   if (s.branch_starts[0] != 0) bad("branch_starts must begin at 0");
@@ -64,18 +71,17 @@ void check(const FlatTrieView& tries, const TreeSizingView& s) {
 
 }  // namespace
 
-void size_trees_at_prices(const FlatTrieView& tries, const TreeSizingView& s,
-                          std::vector<int32_t>* keep, std::vector<int32_t>* keep_starts) {
+void size_trees_at_prices(const FlatTrieView& tries, const TreeSizingView& s, KeptTrees* out) {
   check(tries, s);
-  keep->clear();
-  keep_starts->assign(1, 0);
+  *out = KeptTrees();
+  out->starts.push_back(0);
   const size_t top = s.rates_per_table - 1;
   const size_t num_prices = s.num_prices - 1;
   // Per tree, reused: p, the mass of each node (and the root, at 0) not yet given to a
   // child once an alternative took some, and each branch's run (first node, its depth).
   std::vector<double> p, free;
   std::vector<char> has_free;
-  std::vector<int32_t> run_start, run_depth, order;
+  std::vector<int32_t> run_start, run_depth, order, new_index;
   for (size_t j = 0; j < s.num_sized; ++j) {
     const int32_t a = tries.node_starts[s.trees[j]];
     const int32_t n = tries.node_starts[s.trees[j] + 1] - a;
@@ -163,10 +169,21 @@ void size_trees_at_prices(const FlatTrieView& tries, const TreeSizingView& s,
         best_value = value;
       }
     }
-    const size_t at = keep->size();
-    keep->insert(keep->end(), order.begin(), order.begin() + best);
-    std::sort(keep->begin() + std::ptrdiff_t(at), keep->end());
-    keep_starts->push_back(int32_t(keep->size()));
+    // The first `best` in node order; a kept node's new index is its rank among them
+    // (every parent is kept, and earlier).
+    std::sort(order.begin(), order.begin() + best);
+    new_index.assign(size_t(n), -1);
+    int32_t num_chain = 0;
+    for (int64_t k = 0; k < best; ++k) {
+      const int32_t i = order[size_t(k)];
+      new_index[size_t(i)] = int32_t(k);
+      out->tokens.push_back(tries.tokens[a + i]);
+      out->parents.push_back(parents[i] >= 0 ? new_index[size_t(parents[i])] : -1);
+      out->support.push_back(support[i]);
+      if (curve_of[i] == 0) ++num_chain;
+    }
+    out->starts.push_back(int32_t(out->tokens.size()));
+    out->num_chain.push_back(num_chain);
   }
 }
 

@@ -17,9 +17,10 @@ namespace agspec {
 // The flat tries of a batch step (continuation_tries' layout): tree t's nodes are
 // node_starts[t] .. node_starts[t + 1] - 1, parents and branch_of counted within it.
 struct FlatTrieView {
+  const int32_t* tokens;       // [num_nodes]
   const int32_t* parents;      // [num_nodes] -1: a child of the root; else an earlier node
   const int32_t* support;      // [num_nodes] >= 0
-  const int32_t* branch_of;    // [num_nodes] non-decreasing within a tree
+  const int32_t* branch_of;    // [num_nodes] non-decreasing within a tree; 0: the chain
   const int32_t* node_starts;  // [num_trees + 1] non-decreasing, from 0 to num_nodes
   size_t num_trees;
 };
@@ -47,12 +48,17 @@ struct TreeSizingView {
   size_t num_sized;
 };
 
-// Sized tree j keeps nodes keep[keep_starts[j] .. keep_starts[j + 1]) (in node order,
-// counted within its tree; every parent kept before its children). Inconsistent input
-// (an index out of range, a parent not before its node, branch indices that fall, a
-// non-finite curve value or rate, a negative support or budget) raises ArgumentError
-// before anything is written.
-void size_trees_at_prices(const FlatTrieView& tries, const TreeSizingView& sizing,
-                          std::vector<int32_t>* keep, std::vector<int32_t>* keep_starts);
+// The trees kept: sized tree j is nodes kept_starts[j] .. kept_starts[j + 1] - 1 of the
+// three lists, in its node order (every parent before its children), parents counted
+// within the kept tree; its first num_chain[j] nodes are what it keeps of its chain
+// (branch 0, a prefix: p falls along it).
+struct KeptTrees {
+  std::vector<int32_t> tokens, parents, support, starts, num_chain;
+};
+
+// Inconsistent input (an index out of range, a parent not before its node, branch
+// indices that fall, a curve that rises or leaves [0, 1], a rate outside [0, 1], a
+// negative support or budget) raises ArgumentError before anything is written.
+void size_trees_at_prices(const FlatTrieView& tries, const TreeSizingView& sizing, KeptTrees* out);
 
 }  // namespace agspec

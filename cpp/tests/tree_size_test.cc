@@ -21,7 +21,7 @@ void fail(const std::string& what) {
 }
 
 struct Case {
-  std::vector<int32_t> parents, support, branch_of, node_starts;
+  std::vector<int32_t> tokens, parents, support, branch_of, node_starts;
   std::vector<int64_t> trees, branch_starts, branch_curves;
   std::vector<double> curve_values;
   std::vector<int64_t> curve_starts;
@@ -30,9 +30,9 @@ struct Case {
   std::vector<int64_t> rate_of, budgets;
   std::vector<double> prices;
 
-  void run(std::vector<int32_t>* keep, std::vector<int32_t>* keep_starts) const {
-    const agspec::FlatTrieView tries{parents.data(), support.data(), branch_of.data(),
-                                     node_starts.data(), node_starts.size() - 1};
+  void run(agspec::KeptTrees* kept) const {
+    const agspec::FlatTrieView tries{tokens.data(),    parents.data(),     support.data(),
+                                     branch_of.data(), node_starts.data(), node_starts.size() - 1};
     const agspec::TreeSizingView sizing{trees.data(),
                                         branch_starts.data(),
                                         branch_curves.data(),
@@ -47,7 +47,7 @@ struct Case {
                                         prices.data(),
                                         prices.size(),
                                         trees.size()};
-    agspec::size_trees_at_prices(tries, sizing, keep, keep_starts);
+    agspec::size_trees_at_prices(tries, sizing, kept);
   }
 };
 
@@ -55,6 +55,7 @@ struct Case {
 // under 7. p = 0.9, 0.5, 0.4 along the chain's curve and (0.9 - 0.5) * 0.5 = 0.2 for 4.
 Case docstring_tree() {
   Case c;
+  c.tokens = {7, 8, 9, 4};
   c.parents = {-1, 0, 1, 0};
   c.support = {3, 2, 2, 1};
   c.branch_of = {0, 0, 0, 1};
@@ -71,17 +72,25 @@ Case docstring_tree() {
   return c;
 }
 
+using Ints = std::vector<int32_t>;
+
+bool kept_is(const agspec::KeptTrees& k, const Ints& tokens, const Ints& parents,
+             const Ints& support, const Ints& starts, const Ints& num_chain) {
+  return k.tokens == tokens && k.parents == parents && k.support == support && k.starts == starts &&
+         k.num_chain == num_chain;
+}
+
 void hand_computed() {
-  std::vector<int32_t> keep, starts;
+  agspec::KeptTrees kept;
   Case c = docstring_tree();
-  c.run(&keep, &starts);
-  if (keep != std::vector<int32_t>{0, 1, 2, 3} || starts != std::vector<int32_t>{0, 4}) {
+  c.run(&kept);
+  if (!kept_is(kept, {7, 8, 9, 4}, {-1, 0, 1, 0}, {3, 2, 2, 1}, {0, 4}, {3})) {
     fail("the docstring tree keeps every node at cheap prices");
   }
   // 0.9 - 0.45 beats 1.4 - 1.2 (two nodes) and the rest: only the root's first child.
   c.prices = {0.0, 0.45, 1.2, 2.0, 3.0};
-  c.run(&keep, &starts);
-  if (keep != std::vector<int32_t>{0} || starts != std::vector<int32_t>{0, 1}) {
+  c.run(&kept);
+  if (!kept_is(kept, {7}, {-1}, {3}, {0, 1}, {1})) {
     fail("dear prices keep the likeliest node alone");
   }
   // Sized twice, the second with a budget of 2: the two likeliest, 7 (0.9) and 8 (0.5).
@@ -91,19 +100,37 @@ void hand_computed() {
   c.branch_curves = {0, 1, 0, 1};
   c.rate_of = {0, 0};
   c.budgets = {4, 2};
-  c.run(&keep, &starts);
-  if (keep != std::vector<int32_t>{0, 1, 2, 3, 0, 1} || starts != std::vector<int32_t>{0, 4, 6}) {
+  c.run(&kept);
+  if (!kept_is(kept, {7, 8, 9, 4, 7, 8}, {-1, 0, 1, 0, -1, 0}, {3, 2, 2, 1, 3, 2}, {0, 4, 6},
+               {3, 2})) {
     fail("a budget of 2 keeps the two likeliest nodes");
+  }
+  // The alternative kept without the chain's tail: renumbered, its parent is still 7.
+  c = docstring_tree();
+  c.curve_values = {0.9, 0.1, 0.05, 0.6, 0.3};  // 4: (0.9 - 0.1) * 0.5 = 0.4 beats 8
+  c.budgets = {2};
+  c.run(&kept);
+  if (!kept_is(kept, {7, 4}, {-1, 0}, {3, 1}, {0, 2}, {1})) {
+    fail("an alternative kept without the chain's tail keeps its parent");
   }
   c = docstring_tree();
   c.parents[1] = 1;  // its own parent
   bool refused = false;
   try {
-    c.run(&keep, &starts);
+    c.run(&kept);
   } catch (const agspec::ArgumentError&) {
     refused = true;
   }
   if (!refused) fail("a node that is its own parent is refused");
+  c = docstring_tree();
+  c.curve_values[1] = 0.95;  // a curve that rises
+  refused = false;
+  try {
+    c.run(&kept);
+  } catch (const agspec::ArgumentError&) {
+    refused = true;
+  }
+  if (!refused) fail("a rising curve is refused");
 }
 
 // Random lists, mostly out of shape: every call sizes or raises, nothing else.
@@ -118,6 +145,7 @@ void hostile(uint32_t seed) {
     for (int t = 0; t < num_trees; ++t) {
       const int n = pick(0, 6);
       for (int i = 0; i < n; ++i) {
+        c.tokens.push_back(pick(0, 9));
         c.parents.push_back(pick(-2, i));
         c.support.push_back(pick(-1, 6));
         c.branch_of.push_back(pick(0, 3));
@@ -128,7 +156,11 @@ void hostile(uint32_t seed) {
     c.curve_starts = {0};
     for (int k = 0; k < num_curves; ++k) {
       const int len = pick(0, 5);
-      for (int i = 0; i < len; ++i) c.curve_values.push_back(pick(0, 10) / 10.0);
+      double v = 1.0;  // mostly falling, now and then rising or out of [0, 1]
+      for (int i = 0; i < len; ++i) {
+        v = pick(0, 30) ? v * pick(0, 10) / 10.0 : pick(-2, 12) / 10.0;
+        c.curve_values.push_back(v);
+      }
       c.curve_starts.push_back(c.curve_starts.back() + (pick(0, 20) ? len : -1));
     }
     if (c.curve_starts.back() < 0 || size_t(c.curve_starts.back()) > c.curve_values.size()) {
@@ -148,12 +180,24 @@ void hostile(uint32_t seed) {
     }
     for (int k = pick(1, 8); k > 0; --k) c.prices.push_back(pick(0, 10) / 10.0);
     if (c.node_starts.back() != int32_t(c.parents.size())) continue;  // the binding's check
-    std::vector<int32_t> keep, starts;
+    agspec::KeptTrees kept;
     try {
-      c.run(&keep, &starts);
+      c.run(&kept);
       ++sized_ok;
-      if (starts.size() != c.trees.size() + 1 || size_t(starts.back()) != keep.size()) {
-        fail("keep_starts out of step with keep");
+      if (kept.starts.size() != c.trees.size() + 1 || kept.num_chain.size() != c.trees.size() ||
+          size_t(kept.starts.back()) != kept.tokens.size() ||
+          kept.parents.size() != kept.tokens.size() || kept.support.size() != kept.tokens.size()) {
+        fail("the kept trees' lists out of step");
+        continue;
+      }
+      for (size_t j = 0; j < c.trees.size(); ++j) {
+        const int32_t a = kept.starts[j], n = kept.starts[j + 1] - a;
+        if (n < 0 || kept.num_chain[j] > n) fail("a kept tree's chain longer than the tree");
+        for (int32_t i = 0; i < n; ++i) {
+          if (kept.parents[size_t(a + i)] < -1 || kept.parents[size_t(a + i)] >= i) {
+            fail("a kept node's parent is not an earlier kept node");
+          }
+        }
       }
     } catch (const agspec::ArgumentError&) {
       ++refused;

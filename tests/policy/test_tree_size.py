@@ -241,14 +241,26 @@ def test_size_trees_at_prices_equal_the_per_tree_functions(num_trees, data):
 _CURVE_STEPS = st.sampled_from([1.0, 0.9, 0.5, 0.25, 0.0, 1e-300, 0.7000000000000001])
 
 
+def _kept(keep, tokens, parents, support):
+    """The tree of nodes `keep` of one trie (AgSpecCall.keep_tree's renumbering)."""
+    new_index = {node: k for k, node in enumerate(keep)}
+    new_index[-1] = -1
+    return (
+        [tokens[i] for i in keep],
+        [new_index[parents[i]] for i in keep],
+        [support[i] for i in keep],
+    )
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.integers(1, 6), st.data())
 def test_the_native_sizing_keeps_the_nodes_the_reference_keeps(num_trees, data):
     """`size_flat_tries_at_prices` (cpp/policy/tree_size.cc) against `size_trees_at_prices`
     on the same tries: flat, some trees not sized and the rest in any order, curves and
-    rate tables shared between branches and trees, curves that rise or hold (ties) or
-    vanish, prices of every shape. The kept nodes must be the same lists: the native loop
-    computes the same floats in the same order."""
+    rate tables shared between branches and trees, curves that hold (ties) or vanish or
+    fall by a float's last bit, prices of every shape. The kept trees must be the
+    reference's nodes, renumbered: the native loop computes the same floats in the same
+    order."""
     tries, shapes, curves_of_tree, table_of_tree = [], [], [], []
     curves: list[list[float]] = []
     rates = st.lists(st.sampled_from([0.0, 0.2, 0.5, 0.99, 1.0]), min_size=5, max_size=5)
@@ -266,7 +278,7 @@ def test_the_native_sizing_keeps_the_nodes_the_reference_keeps(num_trees, data):
                 continue
             curve, s = [], 1.0
             for h in data.draw(st.lists(_CURVE_STEPS, max_size=7)):
-                s = s * h if data.draw(st.booleans()) else min(1.0, s / max(h, 0.5))
+                s *= h
                 curve.append(s)
             ids.append(len(curves))
             curves.append(curve)
@@ -284,8 +296,8 @@ def test_the_native_sizing_keeps_the_nodes_the_reference_keeps(num_trees, data):
     for t in sized:
         branch_curves += curves_of_tree[t]
         branch_starts.append(len(branch_curves))
-    keep, keep_starts = size_flat_tries_at_prices(
-        (flat[1], flat[2], flat[3], flat[5]),
+    got_tokens, got_parents, got_support, starts, num_chain = size_flat_tries_at_prices(
+        (flat[0], flat[1], flat[2], flat[3], flat[5]),
         sized,
         branch_curves=branch_curves,
         branch_starts=branch_starts,
@@ -302,14 +314,21 @@ def test_the_native_sizing_keeps_the_nodes_the_reference_keeps(num_trees, data):
         budgets,
         prices,
     )
-    assert [keep[a:b] for a, b in zip(keep_starts, keep_starts[1:])] == want
-    assert len(keep_starts) == len(sized) + 1
+    assert len(starts) == len(sized) + 1 and len(num_chain) == len(sized)
+    for j, (t, keep) in enumerate(zip(sized, want)):
+        a, b = starts[j], starts[j + 1]
+        tokens, parents, support = tries[t][:3]
+        assert (got_tokens[a:b], got_parents[a:b], got_support[a:b]) == _kept(
+            keep, tokens, parents, support
+        )
+        chain_nodes = tries[t][3].count(0)  # the chain's nodes come first, branch 0
+        assert num_chain[j] == sum(1 for i in keep if i < chain_nodes)
 
 
 def _one_tree(**changes):
     """The module docstring's tree as `size_flat_tries_at_prices` arguments, changed."""
     args = dict(
-        tries=([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4]),
+        tries=([7, 8, 9, 4], [-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4]),
         trees=[0],
         branch_curves=[0, 1],
         branch_starts=[0, 2],
@@ -325,28 +344,45 @@ def _one_tree(**changes):
 
 
 def test_the_native_sizing_of_the_docstring_tree():
-    assert _one_tree() == ([0, 1, 2, 3], [0, 4])
+    # p = 0.9, 0.5, 0.4 along the chain 7 8 9, (0.9 - 0.5) * 0.5 = 0.2 for 4 under 7.
+    assert _one_tree() == ([7, 8, 9, 4], [-1, 0, 1, 0], [3, 2, 2, 1], [0, 4], [3])
     # Dear prices: only the likeliest node pays (0.9 - 0.85), then none.
-    assert _one_tree(prices=[0.0, 0.85, 2.0, 3.0, 4.0]) == ([0], [0, 1])
-    assert _one_tree(prices=[0.0, 1.0]) == ([], [0, 0])
-    assert _one_tree(budgets=[0]) == ([], [0, 0])
-    assert _one_tree(trees=[], branch_starts=[0], branch_curves=[], rate_of=[], budgets=[]) == (
-        [],
-        [0],
+    assert _one_tree(prices=[0.0, 0.85, 2.0, 3.0, 4.0]) == ([7], [-1], [3], [0, 1], [1])
+    assert _one_tree(prices=[0.0, 1.0]) == ([], [], [], [0, 0], [0])
+    assert _one_tree(budgets=[0]) == ([], [], [], [0, 0], [0])
+    # The chain's curve collapses after 7: the alternative 4 (0.9 * 0.5) outranks 8.
+    assert _one_tree(curves=[[0.9, 0.01, 0.0], [0.6, 0.3]], budgets=[2]) == (
+        [7, 4],
+        [-1, 0],
+        [3, 1],
+        [0, 2],
+        [1],
     )
+    none = _one_tree(trees=[], branch_starts=[0], branch_curves=[], rate_of=[], budgets=[])
+    assert none == ([], [], [], [0], [])
+
+
+_TRIE = ([7, 8, 9, 4], [-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4])
+
+
+def _trie(field, values):
+    out = list(_TRIE)
+    out[field] = values
+    return tuple(out)
 
 
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"tries": ([-1, 2, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4])}, "earlier node"),
-        ({"tries": ([-1, 0, 1, -2], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4])}, "earlier node"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 1, 0, 1], [0, 4])}, "must not fall"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 2], [0, 4])}, "curve each"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, -2, 1], [0, 0, 0, 1], [0, 4])}, "support"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 3])}, "end at the nodes"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 5, 4])}, "not fall"),
-        ({"tries": ([-1, 0, 1, 0], [3, 2, 2], [0, 0, 0, 1], [0, 4])}, "per node"),
+        ({"tries": _trie(1, [-1, 2, 1, 0])}, "earlier node"),
+        ({"tries": _trie(1, [-1, 0, 1, -2])}, "earlier node"),
+        ({"tries": _trie(3, [0, 1, 0, 1])}, "must not fall"),
+        ({"tries": _trie(3, [0, 0, 0, 2])}, "curve each"),
+        ({"tries": _trie(2, [3, 2, -2, 1])}, "support"),
+        ({"tries": _trie(4, [0, 3])}, "end at the nodes"),
+        ({"tries": _trie(4, [0, 5, 4])}, "not fall"),
+        ({"tries": _trie(2, [3, 2, 2])}, "per node"),
+        ({"tries": _trie(0, [7, 8, 9])}, "per node"),
         ({"trees": [1]}, "tree index"),
         ({"trees": [-1]}, "tree index"),
         ({"branch_curves": [0, 2]}, "curve index"),
@@ -355,8 +391,12 @@ def test_the_native_sizing_of_the_docstring_tree():
         ({"rate_tables": [[0.5] * 5, [0.5] * 4]}, "unequal"),
         ({"budgets": [-1]}, "negative"),
         ({"budgets": [4, 4]}, "per sized tree"),
-        ({"curves": [[0.9, float("nan"), 0.4], [0.6, 0.3]]}, "not finite"),
-        ({"rate_tables": [[float("inf")] * 5]}, "not finite"),
+        ({"curves": [[0.9, float("nan"), 0.4], [0.6, 0.3]]}, r"\[0, 1\]"),
+        ({"curves": [[0.9, 0.5, 0.6], [0.6, 0.3]]}, "rises"),
+        ({"curves": [[1.5, 0.5, 0.4], [0.6, 0.3]]}, "rises"),
+        ({"curves": [[0.9, 0.5, -0.1], [0.6, 0.3]]}, r"\[0, 1\]"),
+        ({"rate_tables": [[float("inf")] * 5]}, "rate is not"),
+        ({"rate_tables": [[0.5, 0.5, 1.5, 0.5, 0.5]]}, "rate is not"),
         ({"prices": []}, "at least price"),
     ],
 )

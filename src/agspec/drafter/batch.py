@@ -372,8 +372,8 @@ def _grow_trees(
         # the tree's step costs; one list for the step: prices do not depend on how far
         # they go).
         prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
-        keep, keep_at = size_flat_tries_at_prices(
-            (parents, support, branch_of, node_at),
+        kept_tokens, kept_parents, kept_support, kept_at, num_chain = size_flat_tries_at_prices(
+            (tokens, parents, support, branch_of, node_at),
             sized,
             branch_curves=branch_curves,
             branch_starts=branch_at,
@@ -385,8 +385,9 @@ def _grow_trees(
         )
         for j, t in enumerate(sized):
             i = grown[t]
-            out[i] = calls[i].keep_tree(
-                chains[i], keep[keep_at[j] : keep_at[j + 1]], tokens, parents, support, node_at[t]
+            a, b = kept_at[j], kept_at[j + 1]
+            out[i] = calls[i].adopt_tree(
+                chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
             )
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 

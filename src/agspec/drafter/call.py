@@ -378,33 +378,46 @@ class AgSpecCall:
         tokens: list[int],
         parents: list[int],
         support: list[int],
-        at: int = 0,
     ) -> DraftTree:
         """The tree of the nodes `keep` (in node order, every parent kept) of the trie
-        after `chain` whose nodes start at `at` of tokens, parents and support (0: the
-        lists are that trie's; a batch step's flat tries: where the tree starts), recorded
-        for the next `accept` (`take_tree`'s end; the batched tree step sizes its tries
-        together, then keeps each here)."""
+        (tokens, parents, support) after `chain`, recorded for the next `accept`
+        (`take_tree`'s end)."""
         # The chain's nodes are 0 .. len(chain) - 1 and p falls along it: what is kept of
         # it is a prefix (the first branch; what the acceptance curves learn from).
         num_chain = bisect_left(keep, len(chain))  # keep is in node order
-        draft = chain[:num_chain]
-        self._draft = draft
-        self._decision = (num_chain, False, self.last_match_length) if num_chain else None
         if len(keep) == num_chain:
-            return DraftTree.chain(draft)
+            return self.adopt_tree(chain, num_chain, chain[:num_chain], [], [])
         # Every kept node's parent is kept, earlier: its new index is its rank in `keep`.
         new_index = dict(zip(keep, range(len(keep))))
         new_index[-1] = -1  # the root stays the root
-        if at:
-            nodes = [at + i for i in keep]
-            tree = DraftTree.adopt(
-                [tokens[i] for i in nodes], [new_index[parents[i]] for i in nodes]
-            )
-            self._tree = (tree, [support[i] for i in nodes])
-        else:
-            tree = DraftTree.adopt([tokens[i] for i in keep], [new_index[parents[i]] for i in keep])
-            self._tree = (tree, [support[i] for i in keep])
+        return self.adopt_tree(
+            chain,
+            num_chain,
+            [tokens[i] for i in keep],
+            [new_index[parents[i]] for i in keep],
+            [support[i] for i in keep],
+        )
+
+    def adopt_tree(
+        self,
+        chain: list[int],
+        num_chain: int,
+        tokens: list[int],
+        parents: list[int],
+        support: list[int],
+    ) -> DraftTree:
+        """The tree of these lists themselves (what `keep_tree` keeps of a trie, or what
+        the batched tree step's native sizing keeps, `size_flat_tries_at_prices`), whose
+        first `num_chain` nodes are chain[:num_chain], recorded for the next `accept`.
+        When they are all it has, the chain's prefix is drafted (parents and support are
+        not read)."""
+        draft = chain[:num_chain]
+        self._draft = draft
+        self._decision = (num_chain, False, self.last_match_length) if num_chain else None
+        if len(tokens) == num_chain:
+            return DraftTree.chain(draft)
+        tree = DraftTree.adopt(tokens, parents)
+        self._tree = (tree, support)
         return tree
 
     def _tree_may_pay(self, curve: list[float], budget: int) -> bool:

@@ -50,6 +50,7 @@ __all__ = [
     "BranchRates",
     "BranchTrie",
     "FlatTries",
+    "KeptTrees",
     "flatten_tries",
     "merge_branches",
     "merge_candidates",
@@ -70,6 +71,11 @@ BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[i
 FlatTries: TypeAlias = tuple[
     list[int], list[int], list[int], list[int], list[int], list[int], list[int]
 ]
+
+# Trees kept by `size_flat_tries_at_prices`, in five lists: (tokens, parents, support,
+# starts, num_chain); tree j is nodes starts[j] .. starts[j + 1] - 1 of the first three
+# (parents counted within it), its first num_chain[j] nodes what it keeps of its chain.
+KeptTrees: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
 
 # Supports above this share one rate (a node most candidates agree on).
 MAX_SUPPORT_BUCKET = 4
@@ -412,7 +418,7 @@ def size_trees_at_prices(
 
 
 def size_flat_tries_at_prices(
-    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
     trees: Sequence[int],
     *,
     branch_curves: Sequence[int],
@@ -422,25 +428,27 @@ def size_flat_tries_at_prices(
     rate_of: Sequence[int],
     budgets: Sequence[int],
     prices: Sequence[float],
-) -> tuple[list[int], list[int]]:
-    """`size_trees_at_prices` in one native call (cpp/policy/tree_size.h), over a batch
-    step's flat tries: `tries` is (parents, support, branch_of, node_starts) of
-    `FlatTries`, and sized tree j is tries' tree trees[j], its branch b's curve
-    curves[branch_curves[branch_starts[j] + b]], its q_a rate_tables[rate_of[j]] (one rate
-    per support 0 .. MAX_SUPPORT_BUCKET) and its budget budgets[j]. Returns (keep,
-    keep_starts): tree j keeps keep[keep_starts[j] : keep_starts[j + 1]], the nodes that
-    `size_trees_at_prices` keeps (the same floats, in its order: tests/policy). Curves
-    and rate tables go once each, however many trees share them. Inconsistent input (an
-    index out of range, a parent not before its node, a non-finite curve value) is a
-    ValueError.
+) -> KeptTrees:
+    """`size_trees_at_prices` in one native call (cpp/policy/tree_size.h) over a batch
+    step's flat tries, the kept trees built there too. `tries` is (tokens, parents,
+    support, branch_of, node_starts) of `FlatTries`; sized tree j is tries' tree
+    trees[j], its branch b's curve curves[branch_curves[branch_starts[j] + b]], its q_a
+    rate_tables[rate_of[j]] (one rate per support 0 .. MAX_SUPPORT_BUCKET), its budget
+    budgets[j]. Returns `KeptTrees`: tree j keeps the nodes `size_trees_at_prices` keeps
+    (the same floats, in its order: tests/policy), renumbered in node order. Curves and
+    rate tables go once each, however many trees share them. Inconsistent input (an
+    index out of range, a parent not before its node, a curve that rises or leaves [0,
+    1]) is a ValueError.
 
-    >>> size_flat_tries_at_prices(([-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1], [0, 4]), [0],
-    ...     branch_curves=[0, 1], branch_starts=[0, 2], curves=[[0.9, 0.5, 0.4], [0.6, 0.3]],
-    ...     rate_tables=[[0.5] * 5], rate_of=[0], budgets=[4], prices=[0.0, 0.1, 0.2, 0.3, 0.4])
-    ([0, 1, 2, 3], [0, 4])
+    >>> size_flat_tries_at_prices(([7, 8, 9, 4], [-1, 0, 1, 0], [3, 2, 2, 1], [0, 0, 0, 1],
+    ...     [0, 4]), [0], branch_curves=[0, 1], branch_starts=[0, 2],
+    ...     curves=[[0.9, 0.5, 0.4], [0.6, 0.3]], rate_tables=[[0.5] * 5], rate_of=[0],
+    ...     budgets=[2], prices=[0.0, 0.1, 0.2, 0.3, 0.4])   # 7 and 8: p 0.9 and 0.5
+    ([7, 8], [-1, 0], [3, 2], [0, 2], [2])
     """
-    parents, support, branch_of, node_starts = tries
+    tokens, parents, support, branch_of, node_starts = tries
     return _native.size_trees_at_prices(
+        tokens,
         parents,
         support,
         branch_of,
