@@ -40,6 +40,81 @@ struct AdvanceJob {
   std::unique_ptr<agspec::AdvanceBatch> run;
 };
 
+// The tries of a batch step, flat (continuation_tries' layout), kept on the native side:
+// the batched tree step reads the few short lists it needs from them and hands them to
+// the sizing kernel whole, instead of making (and collecting) a Python int per node.
+struct FlatTries {
+  agspec::BranchTrie flat;
+  std::vector<int32_t> node_starts, origin_starts;
+};
+
+// size_trees_at_prices over the flat tries of a batch step (the lists of FlatTries).
+std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>,
+           std::vector<int32_t>>
+size_tries(const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents,
+           const std::vector<int32_t>& support, const std::vector<int32_t>& branch_of,
+           const std::vector<int32_t>& node_starts, const std::vector<int64_t>& trees,
+           const std::vector<int64_t>& branch_starts, const std::vector<int64_t>& branch_curves,
+           const std::vector<std::vector<double>>& curves,
+           const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& rate_of,
+           const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
+  const size_t num_nodes = parents.size();
+  if (tokens.size() != num_nodes || support.size() != num_nodes || branch_of.size() != num_nodes) {
+    throw agspec::ArgumentError(
+        "size_trees_at_prices: one token, parent, support and branch per node");
+  }
+  if (node_starts.empty() || size_t(node_starts.back()) != num_nodes) {
+    throw agspec::ArgumentError("size_trees_at_prices: node_starts must end at the nodes");
+  }
+  const size_t num_sized = trees.size();
+  if (branch_starts.size() != num_sized + 1 || rate_of.size() != num_sized ||
+      budgets.size() != num_sized) {
+    throw agspec::ArgumentError(
+        "size_trees_at_prices: one rate table and budget per sized tree, and "
+        "branch_starts one longer");
+  }
+  if (size_t(branch_starts.back()) != branch_curves.size()) {
+    throw agspec::ArgumentError(
+        "size_trees_at_prices: branch_starts must end at the branch curves");
+  }
+  std::vector<double> curve_values, rate_values;
+  std::vector<int64_t> curve_starts{0};
+  curve_starts.reserve(curves.size() + 1);
+  for (const std::vector<double>& c : curves) {
+    curve_values.insert(curve_values.end(), c.begin(), c.end());
+    curve_starts.push_back(int64_t(curve_values.size()));
+  }
+  const size_t per_table = rate_tables.empty() ? 1 : rate_tables[0].size();
+  for (const std::vector<double>& r : rate_tables) {
+    if (r.size() != per_table) {
+      throw agspec::ArgumentError("size_trees_at_prices: rate tables of unequal sizes");
+    }
+    rate_values.insert(rate_values.end(), r.begin(), r.end());
+  }
+  const agspec::FlatTrieView view{tokens.data(),    parents.data(),     support.data(),
+                                  branch_of.data(), node_starts.data(), node_starts.size() - 1};
+  const agspec::TreeSizingView sizing{trees.data(),
+                                      branch_starts.data(),
+                                      branch_curves.data(),
+                                      curve_values.data(),
+                                      curve_starts.data(),
+                                      curves.size(),
+                                      rate_values.data(),
+                                      rate_tables.size(),
+                                      per_table,
+                                      rate_of.data(),
+                                      budgets.data(),
+                                      prices.data(),
+                                      prices.size(),
+                                      num_sized};
+  agspec::KeptTrees kept;
+  agspec::size_trees_at_prices(view, sizing, &kept);
+  using Ints = std::vector<int32_t>;
+  return std::tuple<Ints, Ints, Ints, Ints, Ints>(std::move(kept.tokens), std::move(kept.parents),
+                                                  std::move(kept.support), std::move(kept.starts),
+                                                  std::move(kept.num_chain));
+}
+
 // Long calls run without the GIL; the index's own guards keep other threads out (a
 // racing call raises IndexStateError).
 constexpr size_t kReleaseGilTokens = 4096;
@@ -353,11 +428,20 @@ NB_MODULE(_native, m) {
       nb::arg("max_occurrences"));
   // A token tree's candidates (cpp/index/branch_trie.h): every candidate continuation
   // copied as continuation_batch does (one set per tree), then one trie per tree. The
-  // tries come back flat, tree after tree, in seven lists: (tokens, parents, support,
-  // branch_of, origin, node_starts, origin_starts); tree t's nodes are node_starts[t] ..
-  // node_starts[t + 1] - 1 of the first four (parents and branch_of counted within the
-  // tree), its origin origin_starts[t] .. origin_starts[t + 1] - 1 of the fifth. Seven
-  // lists for a whole batch, not five per tree: fewer Python objects to make and collect.
+  // tries come back flat, tree after tree, in a FlatTries: seven lists (tokens, parents,
+  // support, branch_of, origin, node_starts, origin_starts); tree t's nodes are
+  // node_starts[t] .. node_starts[t + 1] - 1 of the first four (parents and branch_of
+  // counted within the tree), its origin origin_starts[t] .. origin_starts[t + 1] - 1 of
+  // the fifth. Each list is made for Python only when read (`lists()`: all seven);
+  // size_held_tries_at_prices reads them where they are.
+  nb::class_<FlatTries>(m, "FlatTries")
+      .def_prop_ro("origin", [](const FlatTries& f) { return f.flat.origin; })
+      .def_prop_ro("node_starts", [](const FlatTries& f) { return f.node_starts; })
+      .def_prop_ro("origin_starts", [](const FlatTries& f) { return f.origin_starts; })
+      .def("lists", [](const FlatTries& f) {
+        return std::make_tuple(f.flat.tokens, f.flat.parents, f.flat.support, f.flat.branch_of,
+                               f.flat.origin, f.node_starts, f.origin_starts);
+      });
   m.def(
       "continuation_tries",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
@@ -379,7 +463,8 @@ NB_MODULE(_native, m) {
         agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(),
                                    max_occurrences, n, ranks.data(), counts.data(), firsts.data(),
                                    counts.size(), tries.data());
-        agspec::BranchTrie flat;
+        FlatTries out;
+        agspec::BranchTrie& flat = out.flat;
         size_t num_nodes = 0, num_origins = 0;
         for (const agspec::BranchTrie& t : tries) {
           num_nodes += t.tokens.size();
@@ -390,23 +475,20 @@ NB_MODULE(_native, m) {
         flat.support.reserve(num_nodes);
         flat.branch_of.reserve(num_nodes);
         flat.origin.reserve(num_origins);
-        std::vector<int32_t> node_starts{0}, origin_starts{0};
-        node_starts.reserve(tries.size() + 1);
-        origin_starts.reserve(tries.size() + 1);
+        out.node_starts.reserve(tries.size() + 1);
+        out.origin_starts.reserve(tries.size() + 1);
+        out.node_starts.push_back(0);
+        out.origin_starts.push_back(0);
         for (const agspec::BranchTrie& t : tries) {
           flat.tokens.insert(flat.tokens.end(), t.tokens.begin(), t.tokens.end());
           flat.parents.insert(flat.parents.end(), t.parents.begin(), t.parents.end());
           flat.support.insert(flat.support.end(), t.support.begin(), t.support.end());
           flat.branch_of.insert(flat.branch_of.end(), t.branch_of.begin(), t.branch_of.end());
           flat.origin.insert(flat.origin.end(), t.origin.begin(), t.origin.end());
-          node_starts.push_back(int32_t(flat.tokens.size()));
-          origin_starts.push_back(int32_t(flat.origin.size()));
+          out.node_starts.push_back(int32_t(flat.tokens.size()));
+          out.origin_starts.push_back(int32_t(flat.origin.size()));
         }
-        using Ints = std::vector<int32_t>;
-        return std::tuple<std::vector<Token>, Ints, Ints, Ints, Ints, Ints, Ints>(
-            std::move(flat.tokens), std::move(flat.parents), std::move(flat.support),
-            std::move(flat.branch_of), std::move(flat.origin), std::move(node_starts),
-            std::move(origin_starts));
+        return out;
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));
@@ -416,75 +498,22 @@ NB_MODULE(_native, m) {
   // branch_starts per sized tree), its rate table (an index into `rate_tables`) and its
   // budget; the step's prices. Returns the kept trees (tokens, parents, support, starts,
   // num_chain): sized tree j is starts[j] .. starts[j + 1] - 1 of the first three.
+  m.def("size_trees_at_prices", &size_tries, nb::arg("tokens"), nb::arg("parents"),
+        nb::arg("support"), nb::arg("branch_of"), nb::arg("node_starts"), nb::arg("trees"),
+        nb::arg("branch_starts"), nb::arg("branch_curves"), nb::arg("curves"),
+        nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"), nb::arg("prices"));
   m.def(
-      "size_trees_at_prices",
-      [](const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents,
-         const std::vector<int32_t>& support, const std::vector<int32_t>& branch_of,
-         const std::vector<int32_t>& node_starts, const std::vector<int64_t>& trees,
+      "size_held_tries_at_prices",
+      [](const FlatTries& f, const std::vector<int64_t>& trees,
          const std::vector<int64_t>& branch_starts, const std::vector<int64_t>& branch_curves,
          const std::vector<std::vector<double>>& curves,
          const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& rate_of,
          const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
-        const size_t num_nodes = parents.size();
-        if (tokens.size() != num_nodes || support.size() != num_nodes ||
-            branch_of.size() != num_nodes) {
-          throw agspec::ArgumentError(
-              "size_trees_at_prices: one token, parent, support and branch per node");
-        }
-        if (node_starts.empty() || size_t(node_starts.back()) != num_nodes) {
-          throw agspec::ArgumentError("size_trees_at_prices: node_starts must end at the nodes");
-        }
-        const size_t num_sized = trees.size();
-        if (branch_starts.size() != num_sized + 1 || rate_of.size() != num_sized ||
-            budgets.size() != num_sized) {
-          throw agspec::ArgumentError(
-              "size_trees_at_prices: one rate table and budget per sized tree, and "
-              "branch_starts one longer");
-        }
-        if (size_t(branch_starts.back()) != branch_curves.size()) {
-          throw agspec::ArgumentError(
-              "size_trees_at_prices: branch_starts must end at the branch curves");
-        }
-        std::vector<double> curve_values, rate_values;
-        std::vector<int64_t> curve_starts{0};
-        curve_starts.reserve(curves.size() + 1);
-        for (const std::vector<double>& c : curves) {
-          curve_values.insert(curve_values.end(), c.begin(), c.end());
-          curve_starts.push_back(int64_t(curve_values.size()));
-        }
-        const size_t per_table = rate_tables.empty() ? 1 : rate_tables[0].size();
-        for (const std::vector<double>& r : rate_tables) {
-          if (r.size() != per_table) {
-            throw agspec::ArgumentError("size_trees_at_prices: rate tables of unequal sizes");
-          }
-          rate_values.insert(rate_values.end(), r.begin(), r.end());
-        }
-        const agspec::FlatTrieView view{tokens.data(),      parents.data(),
-                                        support.data(),     branch_of.data(),
-                                        node_starts.data(), node_starts.size() - 1};
-        const agspec::TreeSizingView sizing{trees.data(),
-                                            branch_starts.data(),
-                                            branch_curves.data(),
-                                            curve_values.data(),
-                                            curve_starts.data(),
-                                            curves.size(),
-                                            rate_values.data(),
-                                            rate_tables.size(),
-                                            per_table,
-                                            rate_of.data(),
-                                            budgets.data(),
-                                            prices.data(),
-                                            prices.size(),
-                                            num_sized};
-        agspec::KeptTrees kept;
-        agspec::size_trees_at_prices(view, sizing, &kept);
-        using Ints = std::vector<int32_t>;
-        return std::tuple<Ints, Ints, Ints, Ints, Ints>(
-            std::move(kept.tokens), std::move(kept.parents), std::move(kept.support),
-            std::move(kept.starts), std::move(kept.num_chain));
+        return size_tries(f.flat.tokens, f.flat.parents, f.flat.support, f.flat.branch_of,
+                          f.node_starts, trees, branch_starts, branch_curves, curves, rate_tables,
+                          rate_of, budgets, prices);
       },
-      nb::arg("tokens"), nb::arg("parents"), nb::arg("support"), nb::arg("branch_of"),
-      nb::arg("node_starts"), nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"),
+      nb::arg("tries"), nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"),
       nb::arg("curves"), nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"),
       nb::arg("prices"));
   // How many threads a large batched call uses (cpp/index/workers.h).

@@ -300,3 +300,41 @@ def test_flat_tries_are_the_tries_tree_after_tree(batch):
         got = (tokens[a:b], parents[a:b], support[a:b], branch_of[a:b], origin[o:e])
         assert got == trie
     assert flatten_tries(tries) == flat
+
+
+@settings(max_examples=200, deadline=None)
+@given(candidate_batches(), st.integers(0, 2**32 - 1))
+def test_native_tries_size_as_their_lists(batch, seed):
+    # The batched tree step sizes the tries where continuation_tries_native leaves them:
+    # the same kept trees as sizing their seven lists, and the same short lists.
+    import random
+
+    from agspec.corpora.corpus_set import continuation_tries_flat, continuation_tries_native
+    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET, size_flat_tries_at_prices
+
+    held = continuation_tries_native(*batch)
+    flat = continuation_tries_flat(*batch)
+    assert held.lists() == flat
+    assert (held.origin, held.node_starts, held.origin_starts) == flat[4:]
+    tokens, parents, support, branch_of, origin, node_at, origin_at = flat
+    rng = random.Random(seed)
+    trees = [t for t in range(len(node_at) - 1) if rng.random() < 0.8]
+    branch_starts, branch_curves = [0], []
+    curves = [sorted((rng.random() for _ in range(rng.randint(1, 6))), reverse=True)]
+    for t in trees:
+        for _ in range(origin_at[t + 1] - origin_at[t]):
+            branch_curves.append(0)
+        branch_starts.append(len(branch_curves))
+    sizing = dict(
+        branch_curves=branch_curves,
+        branch_starts=branch_starts,
+        curves=curves,
+        rate_tables=[[rng.random() for _ in range(MAX_SUPPORT_BUCKET + 1)]],
+        rate_of=[0] * len(trees),
+        budgets=[rng.randint(0, 8) for _ in trees],
+        prices=[0.05 * k for k in range(9)],
+    )
+    want = size_flat_tries_at_prices(
+        (tokens, parents, support, branch_of, node_at), trees, **sizing
+    )
+    assert size_flat_tries_at_prices(held, trees, **sizing) == want

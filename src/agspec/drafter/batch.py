@@ -22,6 +22,7 @@ from agspec.index.token_index import ContinuationRule
 from agspec.policy.tree_size import flatten_tries, size_flat_tries_at_prices
 
 if TYPE_CHECKING:
+    from agspec import _native
     from agspec.drafter.server import AgSpecServer
 
 
@@ -207,8 +208,9 @@ def _grow_trees(
 ) -> list[DraftTree]:
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
     recorded) their chains: which trees may beat their chains, every match of those in
-    one native call, every candidate branch of every request in one more (the tries come
-    back in seven flat lists for the batch: `FlatTries`), then each tree scored and sized
+    one native call, every candidate branch of every request in one more (the tries stay
+    native, flat for the batch, and only their short index lists come to Python: `FlatTries`
+    of non-native corpora), then each tree scored and sized
     (at the step's prices, all at once) and kept in its call.
 
     Per-tree data lives in flat lists indexed by tree (t), not in tuples per tree: a
@@ -248,16 +250,15 @@ def _grow_trees(
     at = 0
     for i, cs, budget in zip(grown, tree_sets, budgets):
         num = len(cs.names)
-        ls = lengths[at : at + num]
-        slots, rules, depth = calls[i].tree_candidates(ls, budget)
+        # Candidates rank by their corpus's match, longest first (then as listed).
+        slots, rules, rs, depth = calls[i].tree_candidates(lengths[at : at + num], budget)
         length_at.append(at)
         at += num
         depths.append(depth)
         flat_slots += slots
         flat_depths += [depth] * len(slots)
         flat_rules += rules
-        # Candidates rank by their corpus's match, longest first (then as listed).
-        ranks += [-ls[s] for s in slots]
+        ranks += rs
         slot_at.append(len(flat_slots))
     counts = [b - a for a, b in zip(slot_at, slot_at[1:])]
     firsts = [chains[i] for i in grown]
@@ -288,9 +289,18 @@ def _grow_trees(
                 max_occurrences=calls[i].max_occurrences,
             )
         flat = flatten_tries(tries)
-    tokens, parents, support, branch_of, origin, node_at, origin_at = flat
+    held: tuple[list[int], list[int], list[int], list[int], list[int]] | _native.FlatTries
+    if isinstance(flat, tuple):  # the lists of non-native corpora
+        origin, node_at, origin_at = flat[4], flat[5], flat[6]
+        held = (*flat[:4], node_at)
+    else:  # native: only these short lists come to Python
+        origin, node_at, origin_at = flat.origin, flat.node_starts, flat.origin_starts
+        held = flat
     out: list[DraftTree | None] = [None] * n
     if not server.batch_cost_mode:
+        tokens, parents, support, branch_of = (flat if isinstance(flat, tuple) else flat.lists())[
+            :4
+        ]
         for t, i in enumerate(grown):
             if counts[t]:
                 a, b = node_at[t], node_at[t + 1]
@@ -337,7 +347,6 @@ def _grow_trees(
             continue
         agent = calls[i].agent
         depth = depths[t]
-        ls_at = length_at[t]
         s_at = slot_at[t]
         chain_curve = chain_curves[t]  # shared by the trees of one `bounds` entry
         c_id = chain_ids.get(id(chain_curve))
@@ -349,11 +358,13 @@ def _grow_trees(
         if of_match is None:
             of_match = by_match[agent, depth] = {}
         for k in range(o, o_end):
-            m = lengths[ls_at + flat_slots[s_at + origin[k]]]
-            c_id = of_match.get(m)
+            # A branch's curve is its corpus's (a candidate's rank is minus its corpus's
+            # match), read once per agent, depth and match.
+            r = ranks[s_at + origin[k]]
+            c_id = of_match.get(r)
             if c_id is None:
-                c_id = of_match[m] = len(curves)
-                curves.append(survival.curve(agent, m, depth)[:depth])
+                c_id = of_match[r] = len(curves)
+                curves.append(survival.curve(agent, -r, depth)[:depth])
             branch_curves.append(c_id)
         branch_at.append(len(branch_curves))
         sized.append(t)
@@ -373,7 +384,7 @@ def _grow_trees(
         # they go).
         prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
         kept_tokens, kept_parents, kept_support, kept_at, num_chain = size_flat_tries_at_prices(
-            (tokens, parents, support, branch_of, node_at),
+            held,
             sized,
             branch_curves=branch_curves,
             branch_starts=branch_at,

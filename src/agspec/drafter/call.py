@@ -11,7 +11,7 @@ import numpy as np
 from agspec.corpora.corpus_set import (
     CorpusSet,
     continuation_tries,
-    continuation_tries_flat,
+    continuation_tries_native,
     continuations_batch,
 )
 from agspec.drafter.tree import DraftTree
@@ -28,6 +28,7 @@ from agspec.policy.tree_size import (
 )
 
 if TYPE_CHECKING:
+    from agspec import _native
     from agspec.drafter.session import AgSpecSession
 
 # The occurrence rules a tree's candidate branches are copied by, in each corpus that
@@ -76,11 +77,12 @@ def candidate_tries_flat(
     firsts: list[list[int]],
     *,
     max_occurrences: int,
-) -> FlatTries:
-    """`candidate_tries` in seven lists for the whole batch (`FlatTries`): one native
-    call when the corpora are native (`continuation_tries_flat`)."""
+) -> FlatTries | _native.FlatTries:
+    """`candidate_tries` for the whole batch, flat: one native call when the corpora are
+    native, its tries left there (`continuation_tries_native`), else in seven lists
+    (`FlatTries`)."""
     if all(cs.is_native for cs in sets):
-        return continuation_tries_flat(
+        return continuation_tries_native(
             sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
         )
     return flatten_tries(
@@ -109,6 +111,8 @@ class AgSpecCall:
         self._corpora: CorpusSet | None = None
         self._cap = 0
         self._max_occurrences = 32
+        # Per source of a chain: the rules each corpus's tree candidates are copied by.
+        self._tree_rules: dict[Source, list[tuple[ContinuationRule, ...]]] = {}
         self._request: Any = None
         self._draft: list[int] = []
         # The last draft's (length, censored by the cap, match length), for the policy.
@@ -276,7 +280,7 @@ class AgSpecCall:
         corpora = self._corpora
         assert corpora is not None
         lengths = corpora.match_lengths()
-        slots, rules, depth = self.tree_candidates(lengths, budget)
+        slots, rules, ranks, depth = self.tree_candidates(lengths, budget)
         if not slots:
             return DraftTree.chain(chain)
         (trie,) = candidate_tries(
@@ -284,7 +288,7 @@ class AgSpecCall:
             slots,
             [depth] * len(slots),
             rules,
-            [-lengths[s] for s in slots],
+            ranks,
             [len(slots)],
             [chain],
             max_occurrences=self._max_occurrences,
@@ -306,28 +310,49 @@ class AgSpecCall:
 
     def tree_candidates(
         self, lengths: list[int], budget: int
-    ) -> tuple[list[int], list[ContinuationRule], int]:
+    ) -> tuple[list[int], list[ContinuationRule], list[int], int]:
         """The candidate branches to retrieve, given the corpora's match lengths: (slots,
-        rules, depth), every (corpus, rule of `TREE_RULES`) whose match is long enough
-        but the chain's own, each `depth` tokens deep (slots empty: none)."""
-        corpora = self._corpora
-        assert corpora is not None and self.last_source is not None
+        rules, ranks, depth), every (corpus, rule of `TREE_RULES`) whose match is long
+        enough but the chain's own, each `depth` tokens deep, ranked by its corpus's
+        match, longest first (rank: minus the match; slots empty: none)."""
+        source = self.last_source
+        assert self._corpora is not None and source is not None
+        rules_of = self._tree_rules.get(source)
+        if rules_of is None:
+            rules_of = self._tree_rules[source] = self._candidate_rules(source)
         server = self.session.server
-        primary = corpora.names.index(self.last_source)
-        primary_rule = corpora._rules[primary]
-        min_match = max(1, server.min_match_tokens)
+        min_match = server.min_match_tokens
+        if min_match < 1:
+            min_match = 1
         # An alternative at most half the budget deep: with a small budget the deep nodes
         # of alternatives would never be kept, only merged and scored.
-        depth = min(server.config.tree_branch_tokens, max(1, budget // 2))
+        depth = budget // 2
+        if depth < 1:
+            depth = 1
+        if server.config.tree_branch_tokens < depth:
+            depth = server.config.tree_branch_tokens
         slots: list[int] = []
         rules: list[ContinuationRule] = []
+        ranks: list[int] = []
         for s, m in enumerate(lengths):
             if m >= min_match:
-                for r in TREE_RULES:
-                    if not (s == primary and r == primary_rule):
-                        slots.append(s)
-                        rules.append(r)
-        return slots, rules, depth
+                rs = rules_of[s]
+                slots += [s] * len(rs)
+                rules += rs
+                ranks += [-m] * len(rs)
+        return slots, rules, ranks, depth
+
+    def _candidate_rules(self, source: Source) -> list[tuple[ContinuationRule, ...]]:
+        """Per corpus slot, the rules of `TREE_RULES` its candidates are copied by when
+        the chain came from `source` (all of them but the chain's own (corpus, rule))."""
+        corpora = self._corpora
+        assert corpora is not None
+        primary = corpora.names.index(source)
+        primary_rule = corpora._rules[primary]
+        return [
+            tuple(r for r in TREE_RULES if not (s == primary and r == primary_rule))
+            for s in range(len(corpora.names))
+        ]
 
     def take_tree(
         self,

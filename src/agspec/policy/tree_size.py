@@ -418,7 +418,8 @@ def size_trees_at_prices(
 
 
 def size_flat_tries_at_prices(
-    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]]
+    | _native.FlatTries,
     trees: Sequence[int],
     *,
     branch_curves: Sequence[int],
@@ -431,7 +432,8 @@ def size_flat_tries_at_prices(
 ) -> KeptTrees:
     """`size_trees_at_prices` in one native call (cpp/policy/tree_size.h) over a batch
     step's flat tries, the kept trees built there too. `tries` is (tokens, parents,
-    support, branch_of, node_starts) of `FlatTries`; sized tree j is tries' tree
+    support, branch_of, node_starts) of `FlatTries`, or the native tries themselves
+    (`continuation_tries_native`: read where they are). Sized tree j is tries' tree
     trees[j], its branch b's curve curves[branch_curves[branch_starts[j] + b]], its q_a
     rate_tables[rate_of[j]] (one rate per support 0 .. MAX_SUPPORT_BUCKET), its budget
     budgets[j]. Returns `KeptTrees`: tree j keeps the nodes `size_trees_at_prices` keeps
@@ -446,6 +448,18 @@ def size_flat_tries_at_prices(
     ...     budgets=[2], prices=[0.0, 0.1, 0.2, 0.3, 0.4])   # 7 and 8: p 0.9 and 0.5
     ([7, 8], [-1, 0], [3, 2], [0, 2], [2])
     """
+    if isinstance(tries, _native.FlatTries):
+        return _native.size_held_tries_at_prices(
+            tries,
+            trees,
+            branch_starts,
+            branch_curves,
+            curves,
+            rate_tables,
+            rate_of,
+            budgets,
+            prices,
+        )
     tokens, parents, support, branch_of, node_starts = tries
     return _native.size_trees_at_prices(
         tokens,
