@@ -35,7 +35,7 @@ PARTS: list[tuple[Any, str]] = [
     (batch_mod, "_grow_trees"),
     (AgSpecCall, "tree_curve"),
     (batch_mod, "match_lengths_flat"),
-    (AgSpecCall, "tree_candidates"),
+    (batch_mod, "tree_candidates"),
     (batch_mod, "candidate_tries_flat"),
     (batch_mod, "size_trees_at_prices"),
     (batch_mod, "size_flat_tries_at_prices"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
@@ -16,9 +17,8 @@ from agspec.corpora.corpus_set import (
     match_picks_flat,
     prepare_batch,
 )
-from agspec.drafter.call import AgSpecCall, candidate_tries, candidate_tries_flat
+from agspec.drafter.call import AgSpecCall, candidate_tries, candidate_tries_flat, tree_candidates
 from agspec.drafter.tree import DraftTree
-from agspec.index.token_index import ContinuationRule
 from agspec.policy.tree_size import flatten_tries, size_flat_tries_at_prices
 
 if TYPE_CHECKING:
@@ -240,26 +240,10 @@ def _grow_trees(
         return [DraftTree.chain(chain) for chain in chains]
     tree_sets = [sets[i] for i in grown]  # one per tree: its request's
     lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
-    length_at: list[int] = []  # [num_trees] where tree t's match lengths start
-    slot_at: list[int] = [0]  # [num_trees + 1] where tree t's candidates start
-    depths: list[int] = []  # [num_trees] how deep tree t's candidates go
-    flat_slots: list[int] = []
-    flat_depths: list[int] = []
-    flat_rules: list[ContinuationRule] = []
-    ranks: list[int] = []
-    at = 0
-    for i, cs, budget in zip(grown, tree_sets, budgets):
-        num = len(cs.names)
-        # Candidates rank by their corpus's match, longest first (then as listed).
-        slots, rules, rs, depth = calls[i].tree_candidates(lengths[at : at + num], budget)
-        length_at.append(at)
-        at += num
-        depths.append(depth)
-        flat_slots += slots
-        flat_depths += [depth] * len(slots)
-        flat_rules += rules
-        ranks += rs
-        slot_at.append(len(flat_slots))
+    # Every tree's candidate branches, flat, tree t's from slot_at[t], each depths[t]
+    # tokens deep.
+    cands = tree_candidates([calls[i] for i in grown], lengths, budgets)
+    flat_slots, flat_rules, ranks, flat_depths, slot_at, depths = cands
     counts = [b - a for a, b in zip(slot_at, slot_at[1:])]
     firsts = [chains[i] for i in grown]
     occurrences = {calls[i].max_occurrences for i in grown}
@@ -298,9 +282,10 @@ def _grow_trees(
         held = flat
     out: list[DraftTree | None] = [None] * n
     if not server.batch_cost_mode:
-        tokens, parents, support, branch_of = (flat if isinstance(flat, tuple) else flat.lists())[
-            :4
-        ]
+        # where tree t's corpora's match lengths start
+        length_at = list(accumulate((len(cs.names) for cs in tree_sets), initial=0))
+        lists = flat if isinstance(flat, tuple) else flat.lists()
+        tokens, parents, support, branch_of = lists[:4]
         for t, i in enumerate(grown):
             if counts[t]:
                 a, b = node_at[t], node_at[t + 1]

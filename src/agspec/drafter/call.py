@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -90,6 +90,60 @@ def candidate_tries_flat(
             sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
         )
     )
+
+
+class TreeCandidates(NamedTuple):
+    """The candidate branches of a batch step's trees, flat, tree after tree: tree t's are
+    entries starts[t] .. starts[t + 1] - 1 of the first four lists, each (corpus slot,
+    rule, rank: minus its corpus's match, tokens to copy); depths[t] how deep they go."""
+
+    slots: list[int]
+    rules: list[ContinuationRule]
+    ranks: list[int]
+    max_tokens: list[int]
+    starts: list[int]
+    depths: list[int]
+
+
+def tree_candidates(
+    calls: Sequence[AgSpecCall], lengths: list[int], budgets: list[int]
+) -> TreeCandidates:
+    """The candidate branches to retrieve for each call's tree, given its corpora's match
+    lengths (`lengths`: every call's in turn, as `match_lengths_flat` returns them) and
+    its node budget: every (corpus, rule of `TREE_RULES`) whose match is long enough but
+    the chain's own, ranked by its corpus's match, longest first, each copied at most
+    half the budget deep (and at most `tree_branch_tokens`: with a small budget the deep
+    nodes of alternatives would never be kept, only merged and scored)."""
+    out = TreeCandidates([], [], [], [], [0], [])
+    slots, rules, ranks, max_tokens, starts, depths = out
+    at = 0
+    for call, budget in zip(calls, budgets):
+        source = call.last_source
+        assert call._corpora is not None and source is not None
+        rules_of = call._tree_rules.get(source)
+        if rules_of is None:
+            rules_of = call._tree_rules[source] = call._candidate_rules(source)
+        server = call.session.server
+        min_match = server.min_match_tokens
+        if min_match < 1:
+            min_match = 1
+        depth = budget // 2
+        if depth < 1:
+            depth = 1
+        if server.config.tree_branch_tokens < depth:
+            depth = server.config.tree_branch_tokens
+        depths.append(depth)
+        for s, rs in enumerate(rules_of):
+            m = lengths[at + s]
+            if m >= min_match:
+                k = len(rs)
+                slots += [s] * k
+                rules += rs
+                ranks += [-m] * k
+                max_tokens += [depth] * k
+        at += len(rules_of)
+        starts.append(len(slots))
+    return out
 
 
 class AgSpecCall:
@@ -280,13 +334,13 @@ class AgSpecCall:
         corpora = self._corpora
         assert corpora is not None
         lengths = corpora.match_lengths()
-        slots, rules, ranks, depth = self.tree_candidates(lengths, budget)
+        slots, rules, ranks, max_tokens, _, (depth,) = tree_candidates([self], lengths, [budget])
         if not slots:
             return DraftTree.chain(chain)
         (trie,) = candidate_tries(
             [corpora],
             slots,
-            [depth] * len(slots),
+            max_tokens,
             rules,
             ranks,
             [len(slots)],
@@ -307,40 +361,6 @@ class AgSpecCall:
             self.agent, self.last_match_length, len(chain)
         )[: len(chain)]
         return curve if self._tree_may_pay(curve, budget) else None
-
-    def tree_candidates(
-        self, lengths: list[int], budget: int
-    ) -> tuple[list[int], list[ContinuationRule], list[int], int]:
-        """The candidate branches to retrieve, given the corpora's match lengths: (slots,
-        rules, ranks, depth), every (corpus, rule of `TREE_RULES`) whose match is long
-        enough but the chain's own, each `depth` tokens deep, ranked by its corpus's
-        match, longest first (rank: minus the match; slots empty: none)."""
-        source = self.last_source
-        assert self._corpora is not None and source is not None
-        rules_of = self._tree_rules.get(source)
-        if rules_of is None:
-            rules_of = self._tree_rules[source] = self._candidate_rules(source)
-        server = self.session.server
-        min_match = server.min_match_tokens
-        if min_match < 1:
-            min_match = 1
-        # An alternative at most half the budget deep: with a small budget the deep nodes
-        # of alternatives would never be kept, only merged and scored.
-        depth = budget // 2
-        if depth < 1:
-            depth = 1
-        if server.config.tree_branch_tokens < depth:
-            depth = server.config.tree_branch_tokens
-        slots: list[int] = []
-        rules: list[ContinuationRule] = []
-        ranks: list[int] = []
-        for s, m in enumerate(lengths):
-            if m >= min_match:
-                rs = rules_of[s]
-                slots += [s] * len(rs)
-                rules += rs
-                ranks += [-m] * len(rs)
-        return slots, rules, ranks, depth
 
     def _candidate_rules(self, source: Source) -> list[tuple[ContinuationRule, ...]]:
         """Per corpus slot, the rules of `TREE_RULES` its candidates are copied by when
@@ -488,8 +508,8 @@ class AgSpecCall:
         tokens, parents = tree.token_ids, tree.parents
         m = len(parents)
         seen: list[tuple[int, bool]] = []
-        node = -1
         n = len(committed)
+        node = -1
         for d in range(n):
             want = committed[d]
             nxt = node + 1
