@@ -448,31 +448,8 @@ def size_flat_tries_at_prices(
     ...     budgets=[2], prices=[0.0, 0.1, 0.2, 0.3, 0.4])   # 7 and 8: p 0.9 and 0.5
     ([7, 8], [-1, 0], [3, 2], [0, 2], [2])
     """
+    sizing = (trees, branch_starts, branch_curves, curves, rate_tables, rate_of, budgets, prices)
     if isinstance(tries, _native.FlatTries):
-        return _native.size_held_tries_at_prices(
-            tries,
-            trees,
-            branch_starts,
-            branch_curves,
-            curves,
-            rate_tables,
-            rate_of,
-            budgets,
-            prices,
-        )
+        return _native.size_held_tries_at_prices(tries, *sizing)
     tokens, parents, support, branch_of, node_starts = tries
-    return _native.size_trees_at_prices(
-        tokens,
-        parents,
-        support,
-        branch_of,
-        node_starts,
-        trees,
-        branch_starts,
-        branch_curves,
-        curves,
-        rate_tables,
-        rate_of,
-        budgets,
-        prices,
-    )
+    return _native.size_trees_at_prices(tokens, parents, support, branch_of, node_starts, *sizing)
