@@ -90,6 +90,12 @@ class DrafterCandidateGenerator(_candidate_generator_base()):  # type: ignore[mi
         self._seen_tokens: int | None = None  # tokens the drafter knows; None before begin
         self._last_draft_tokens = 0
 
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most tokens a step drafts (transformers 5.25 and later ask it, to size
+        the recurrent states a cache keeps for rolling back a verification)."""
+        return self.num_draft_tokens
+
     def get_candidates(self, input_ids: Any, **kwargs: Any) -> tuple[Any, None]:
         torch, _ = _import_torch_transformers()
         if input_ids.shape[0] != 1:
