@@ -209,9 +209,9 @@ def _grow_trees(
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
     recorded) their chains: which trees may beat their chains, every match of those in
     one native call, every candidate branch of every request in one more (the tries stay
-    native, flat for the batch, and only their short index lists come to Python: `FlatTries`
-    of non-native corpora), then each tree scored and sized
-    (at the step's prices, all at once) and kept in its call.
+    native, flat for the batch: only their short start and origin lists come to Python;
+    non-native corpora give the seven lists of `FlatTries`), then each tree scored and
+    sized (at the step's prices, all at once) and kept in its call.
 
     Per-tree data lives in flat lists indexed by tree (t), not in tuples per tree: a
     batch step of trees otherwise makes hundreds of small objects that live through the

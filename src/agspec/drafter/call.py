@@ -119,7 +119,7 @@ def tree_candidates(
     at = 0
     for call, budget in zip(calls, budgets):
         source = call.last_source
-        assert call._corpora is not None and source is not None
+        assert source is not None  # propose() drafted the chain from it
         rules_of = call._tree_rules.get(source)
         if rules_of is None:
             rules_of = call._tree_rules[source] = call._candidate_rules(source)
@@ -508,8 +508,8 @@ class AgSpecCall:
         tokens, parents = tree.token_ids, tree.parents
         m = len(parents)
         seen: list[tuple[int, bool]] = []
-        n = len(committed)
         node = -1
+        n = len(committed)
         for d in range(n):
             want = committed[d]
             nxt = node + 1
