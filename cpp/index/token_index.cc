@@ -591,20 +591,31 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
   // There are no more positions than pos_doc_ holds: a larger max_count means "all".
   max_count = std::min(max_count, pos_doc_.size());
   if (max_count == 0) return out;
+  // An earlier answer for v, when there is one that can serve: v's subtree only ever
+  // gains positions, each newer than every position before, and each moves
+  // st_[v].last_pos. So the answer stands while last_pos is what it recorded, and
+  // otherwise the positions above that last_pos, merged in front of it, are the answer
+  // (a live index's session text adds a few positions under the state a draft matches
+  // at every step). A rebuild renumbers (epoch).
+  std::vector<uint32_t> earlier;
+  bool earlier_complete = false;
+  int64_t floor = -1;  // walk only positions above this one (-1: all)
   {
-    // A cached answer is valid while the automaton is unchanged: no new position (every
-    // extend that changes the automaton adds one) and no rebuild (epoch).
     std::lock_guard<std::mutex> guard(recent_cache_mu_);
-    if (recent_cache_epoch_ != epoch_ || recent_cache_positions_ != pos_doc_.size()) {
+    if (recent_cache_epoch_ != epoch_) {
       recent_cache_.clear();
       recent_cache_epoch_ = epoch_;
-      recent_cache_positions_ = pos_doc_.size();
     }
     const auto hit = recent_cache_.find(v);
     if (hit != recent_cache_.end() &&
         (hit->second.positions.size() >= max_count || hit->second.complete)) {
       const auto& p = hit->second.positions;
-      return std::vector<uint32_t>(p.begin(), p.begin() + std::min(max_count, p.size()));
+      if (hit->second.last_pos == st_[v].last_pos) {
+        return std::vector<uint32_t>(p.begin(), p.begin() + std::min(max_count, p.size()));
+      }
+      earlier.assign(p.begin(), p.begin() + std::min(max_count, p.size()));
+      earlier_complete = hit->second.complete && p.size() <= max_count;
+      floor = hit->second.last_pos;
     }
   }
   std::vector<Item> heap;
@@ -618,8 +629,10 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     heap.pop_back();
     ++pops;
     // A pushed item is popped a few pops later: ask for what its pop will read now (a
-    // large index's states are cache misses), so that those misses overlap.
-    auto push = [&heap, this](uint32_t key, int32_t node) {
+    // large index's states are cache misses), so that those misses overlap. Items at or
+    // below the floor are the earlier answer's.
+    auto push = [&heap, floor, this](uint32_t key, int32_t node) {
+      if (int64_t{key} <= floor) return;
       if (node == -1) {
         __builtin_prefetch(own_next_.data() + key);
       } else {
@@ -642,13 +655,22 @@ std::vector<uint32_t> TokenIndex::recent_positions(int32_t v, size_t max_count) 
     if (st_[u].first_child != -1) push(st_[st_[u].first_child].last_pos, st_[u].first_child);
     if (u != v && st_[u].next_sib != -1) push(st_[st_[u].next_sib].last_pos, st_[u].next_sib);
   }
-  // Keep only the expensive answers (a large subtree: short, frequent matches), which
-  // are also the ones asked again; the cache is bounded and starts over when full.
-  if (pops > 2 * max_count + 8) {
+  bool complete = heap.empty() && out.size() < max_count;
+  if (floor >= 0) {
+    // Every position above the floor is in out (or out is full): the earlier ones follow.
+    complete = complete && earlier_complete && out.size() + earlier.size() < max_count;
+    for (size_t k = 0; k < earlier.size() && out.size() < max_count; ++k) {
+      out.push_back(earlier[k]);
+    }
+  }
+  // Keep the expensive answers (a large subtree: short, frequent matches), which are
+  // also the ones asked again, and every answer that updated a kept one; the cache is
+  // bounded and starts over when full.
+  if (floor >= 0 || pops > 2 * max_count + 8) {
     std::lock_guard<std::mutex> guard(recent_cache_mu_);
-    if (recent_cache_epoch_ == epoch_ && recent_cache_positions_ == pos_doc_.size()) {
+    if (recent_cache_epoch_ == epoch_) {
       if (recent_cache_.size() >= kRecentCacheEntries) recent_cache_.clear();
-      recent_cache_[v] = RecentEntry{out, out.size() < max_count};
+      recent_cache_[v] = RecentEntry{out, st_[v].last_pos, complete};
     }
   }
   return out;

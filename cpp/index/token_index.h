@@ -255,17 +255,18 @@ class TokenIndex {
 
   uint64_t epoch_ = 0;  // bumped when positions are renumbered (remove)
 
-  // recent_positions() answers for states with large subtrees, valid for one
-  // (epoch_, number of positions); no effect on results, only on their cost.
+  // recent_positions() answers for states with large subtrees, each valid while its
+  // state's last_pos is what it was (no new position in the subtree) and the epoch
+  // holds; no effect on results, only on their cost.
   struct RecentEntry {
     std::vector<uint32_t> positions;  // most recent first
+    uint32_t last_pos;                // the state's last_pos when they were read
     bool complete;                    // the subtree has no more positions than these
   };
   static constexpr size_t kRecentCacheEntries = 4096;
   mutable std::mutex recent_cache_mu_;
   mutable std::unordered_map<int32_t, RecentEntry> recent_cache_;
   mutable uint64_t recent_cache_epoch_ = ~uint64_t{0};
-  mutable size_t recent_cache_positions_ = 0;
   // A frozen index never changes, so the occurrence the kFrequent rule picks for a state
   // is fixed. The rule reads up to 64 occurrences at random places of a large index (the
   // global corpus) each time, so a frozen index keeps every state's pick at the

@@ -110,6 +110,48 @@ int main() {
     }
   }
   std::printf("token_index_test: 300 rounds passed\n");
+  // A live index that grows under a short match (a large link subtree, whose answers
+  // are cached and then updated from the positions added since): the most recent
+  // occurrences at several counts, asked after every extend, against the brute force.
+  for (int round = 0; round < 40; ++round) {
+    auto idx = std::make_shared<agspec::TokenIndex>();
+    Brute ref;
+    const int alphabet = round % 2 ? 2 : 3;
+    std::vector<Token> start(300);
+    for (auto& t : start) t = Token(rng() % alphabet);
+    idx->extend(0, start.data(), start.size());
+    ref.extend(0, start);
+    std::vector<Token> fed(1 + rng() % 3);
+    for (auto& t : fed) t = Token(rng() % alphabet);
+    agspec::MatchCursor cur(idx, 3);
+    cur.extend(fed.data(), fed.size());
+    for (int op = 0; op < 30; ++op) {
+      std::vector<Token> toks(rng() % 4);
+      for (auto& t : toks) t = Token(rng() % alphabet);
+      const int64_t id = rng() % 3 ? 0 : 1 + int64_t(rng() % 2);
+      idx->extend(id, toks.data(), toks.size());
+      ref.extend(id, toks);
+      if (rng() % 4 == 0) {  // the cursor moves too, sometimes
+        const Token t = Token(rng() % alphabet);
+        cur.extend(&t, 1);
+        fed.push_back(t);
+      }
+      const int32_t m = ref.match(fed, 3);
+      if (cur.match_length() != m) return fail("growing index match length", round);
+      for (const size_t count : {size_t(3), size_t(32), size_t(5000), size_t(32), size_t(1)}) {
+        const auto got = cur.occurrences(count);
+        auto want = m ? ref.ends(fed, size_t(m)) : decltype(ref.ends(fed, 0)){};
+        if (want.size() > count) want.resize(count);
+        if (got.size() != want.size()) return fail("growing index occurrence count", round);
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i].doc_id != want[i].first || size_t(got[i].end_offset) != want[i].second) {
+            return fail("growing index occurrence order", round);
+          }
+        }
+      }
+    }
+  }
+  std::printf("token_index_test: growing-index rounds passed\n");
   // Arrays past large_pages.h's threshold (the state array of 250,000 tokens: 20 MB) take
   // the aligned, advised allocation, and its release, under the sanitizers too; an index
   // built with the advice and one without answer as the brute force, before and after a
