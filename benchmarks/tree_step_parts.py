@@ -33,6 +33,8 @@ PARTS: list[tuple[Any, str]] = [
     (batch_mod, "step_batch"),
     (batch_mod, "_propose"),
     (batch_mod, "_grow_trees"),
+    (batch_mod, "_grow_native"),
+    (batch_mod, "grow_trees_at_prices"),
     (AgSpecCall, "tree_curve"),
     (batch_mod, "match_lengths_flat"),
     (batch_mod, "tree_candidates"),

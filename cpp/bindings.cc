@@ -40,15 +40,44 @@ struct AdvanceJob {
   std::unique_ptr<agspec::AdvanceBatch> run;
 };
 
-// The tries of a batch step, flat (continuation_tries' layout), kept on the native side:
-// the batched tree step reads the few short lists it needs from them and hands them to
-// the sizing kernel whole, instead of making (and collecting) a Python int per node.
+// The tries of a batch step, flat (continuation_tries' layout): grow_trees sizes them
+// where they are.
 struct FlatTries {
   agspec::BranchTrie flat;
   std::vector<int32_t> node_starts, origin_starts;
 };
 
-// size_trees_at_prices over the flat tries of a batch step (the lists of FlatTries).
+// The tries of a batch step, one after another (FlatTries' layout).
+FlatTries flatten(const std::vector<agspec::BranchTrie>& tries) {
+  FlatTries out;
+  agspec::BranchTrie& flat = out.flat;
+  size_t num_nodes = 0, num_origins = 0;
+  for (const agspec::BranchTrie& t : tries) {
+    num_nodes += t.tokens.size();
+    num_origins += t.origin.size();
+  }
+  flat.tokens.reserve(num_nodes);
+  flat.parents.reserve(num_nodes);
+  flat.support.reserve(num_nodes);
+  flat.branch_of.reserve(num_nodes);
+  flat.origin.reserve(num_origins);
+  out.node_starts.reserve(tries.size() + 1);
+  out.origin_starts.reserve(tries.size() + 1);
+  out.node_starts.push_back(0);
+  out.origin_starts.push_back(0);
+  for (const agspec::BranchTrie& t : tries) {
+    flat.tokens.insert(flat.tokens.end(), t.tokens.begin(), t.tokens.end());
+    flat.parents.insert(flat.parents.end(), t.parents.begin(), t.parents.end());
+    flat.support.insert(flat.support.end(), t.support.begin(), t.support.end());
+    flat.branch_of.insert(flat.branch_of.end(), t.branch_of.begin(), t.branch_of.end());
+    flat.origin.insert(flat.origin.end(), t.origin.begin(), t.origin.end());
+    out.node_starts.push_back(int32_t(flat.tokens.size()));
+    out.origin_starts.push_back(int32_t(flat.origin.size()));
+  }
+  return out;
+}
+
+// size_trees_at_prices over the flat tries of a batch step (FlatTries' lists).
 std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>,
            std::vector<int32_t>>
 size_tries(const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents,
@@ -113,6 +142,116 @@ size_tries(const std::vector<int32_t>& tokens, const std::vector<int32_t>& paren
   return std::tuple<Ints, Ints, Ints, Ints, Ints>(std::move(kept.tokens), std::move(kept.parents),
                                                   std::move(kept.support), std::move(kept.starts),
                                                   std::move(kept.num_chain));
+}
+
+// The batched tree step's middle in one call (agspec.drafter.batch._grow_trees, whose
+// Python path is the reference): every tree's corpora's match lengths; its candidates,
+// every (slot, rule of `rules`) whose match is at least min_match except its chain's own
+// (primary slot, primary rule), ranked by minus the match, depths[t] tokens each; the
+// candidates copied and merged into one trie per tree (continuation_tries); then every
+// tree whose candidates add a branch scored and sized at the step's prices. Branch 0
+// follows curves[chain_curves[t]], a later branch the curve of its corpus's match:
+// curves[match_curves[agent_of[t]][bucket_of_match[min(match, last)]]]; q_a is
+// rate_tables[agent_of[t]]. Which rules, buckets, curves and prices, is Python's.
+// Returns the sized trees (t) and their kept trees (size_tries' five lists).
+std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>,
+           std::vector<int32_t>, std::vector<int32_t>>
+grow_trees(const std::vector<CursorSet*>& sets, const std::vector<int64_t>& primary_slots,
+           const std::vector<agspec::ContinuationRule>& primary_rules,
+           const std::vector<agspec::ContinuationRule>& rules, int64_t min_match,
+           const std::vector<int64_t>& depths, const std::vector<std::vector<Token>>& firsts,
+           size_t max_occurrences, const std::vector<int64_t>& chain_curves,
+           const std::vector<int64_t>& agent_of,
+           const std::vector<std::vector<int64_t>>& match_curves,
+           const std::vector<int64_t>& bucket_of_match,
+           const std::vector<std::vector<double>>& curves,
+           const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& budgets,
+           const std::vector<double>& prices) {
+  const size_t num_trees = sets.size();
+  if (primary_slots.size() != num_trees || primary_rules.size() != num_trees ||
+      depths.size() != num_trees || firsts.size() != num_trees ||
+      chain_curves.size() != num_trees || agent_of.size() != num_trees ||
+      budgets.size() != num_trees) {
+    throw agspec::ArgumentError(
+        "grow_trees: one primary slot and rule, depth, first branch, chain curve, agent and "
+        "budget per set");
+  }
+  if (bucket_of_match.empty() || match_curves.size() != rate_tables.size()) {
+    throw agspec::ArgumentError(
+        "grow_trees: bucket_of_match must not be empty, and match_curves needs one row per "
+        "rate table");
+  }
+  size_t num_lengths = 0;
+  for (const CursorSet* set : sets) {
+    if (set == nullptr) throw agspec::ArgumentError("grow_trees: a set is None");
+    num_lengths += set->size();
+  }
+  for (size_t t = 0; t < num_trees; ++t) {
+    if (depths[t] < 1) throw agspec::ArgumentError("grow_trees: a depth below 1");
+    if (agent_of[t] < 0 || size_t(agent_of[t]) >= rate_tables.size()) {
+      throw agspec::ArgumentError("grow_trees: an agent index out of range");
+    }
+  }
+  std::vector<int32_t> lengths(num_lengths);
+  agspec::match_lengths_batch(sets.data(), num_trees, lengths.data());
+  // The candidates, tree after tree (tree_candidates' order: slot by slot, rule by rule).
+  std::vector<int64_t> slots, max_tokens, ranks, counts(num_trees), starts(num_trees + 1, 0);
+  std::vector<agspec::ContinuationRule> cand_rules;
+  const int64_t least = min_match < 1 ? 1 : min_match;
+  size_t at = 0;
+  for (size_t t = 0; t < num_trees; ++t) {
+    const size_t num_slots = sets[t]->size();
+    for (size_t slot = 0; slot < num_slots; ++slot) {
+      const int32_t m = lengths[at + slot];
+      if (m < least) continue;
+      for (const agspec::ContinuationRule r : rules) {
+        if (int64_t(slot) == primary_slots[t] && r == primary_rules[t]) continue;
+        slots.push_back(int64_t(slot));
+        cand_rules.push_back(r);
+        ranks.push_back(-int64_t(m));
+        max_tokens.push_back(depths[t]);
+      }
+    }
+    at += num_slots;
+    starts[t + 1] = int64_t(slots.size());
+    counts[t] = starts[t + 1] - starts[t];
+  }
+  std::vector<agspec::BranchTrie> tries(num_trees);
+  agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), cand_rules.data(),
+                             max_occurrences, slots.size(), ranks.data(), counts.data(),
+                             firsts.data(), num_trees, tries.data());
+  // The trees whose candidates add a branch, and their branches' curves.
+  std::vector<int64_t> sized, branch_starts{0}, branch_curves, rate_of, sized_budgets;
+  const size_t last_match = bucket_of_match.size() - 1;
+  for (size_t t = 0; t < num_trees; ++t) {
+    const std::vector<int32_t>& origin = tries[t].origin;
+    if (counts[t] == 0 || origin.size() <= 1) continue;
+    const std::vector<int64_t>& row = match_curves[size_t(agent_of[t])];
+    branch_curves.push_back(chain_curves[t]);
+    for (size_t k = 1; k < origin.size(); ++k) {
+      const int64_t m = -ranks[size_t(starts[t] + origin[k])];
+      const int64_t bucket = bucket_of_match[size_t(m) < last_match ? size_t(m) : last_match];
+      if (bucket < 0 || size_t(bucket) >= row.size()) {
+        throw agspec::ArgumentError("grow_trees: a match bucket without a curve");
+      }
+      branch_curves.push_back(row[size_t(bucket)]);
+    }
+    branch_starts.push_back(int64_t(branch_curves.size()));
+    sized.push_back(int64_t(t));
+    rate_of.push_back(agent_of[t]);
+    sized_budgets.push_back(budgets[t]);
+  }
+  std::vector<int32_t> sized_out(sized.begin(), sized.end());
+  if (sized.empty()) {
+    using Ints = std::vector<int32_t>;
+    return {std::move(sized_out), Ints{}, Ints{}, Ints{}, Ints{0}, Ints{}};
+  }
+  const FlatTries flat = flatten(tries);
+  auto [tokens, parents, support, kept_starts, num_chain] = size_tries(
+      flat.flat.tokens, flat.flat.parents, flat.flat.support, flat.flat.branch_of, flat.node_starts,
+      sized, branch_starts, branch_curves, curves, rate_tables, rate_of, sized_budgets, prices);
+  return {std::move(sized_out), std::move(tokens),      std::move(parents),
+          std::move(support),   std::move(kept_starts), std::move(num_chain)};
 }
 
 // Long calls run without the GIL; the index's own guards keep other threads out (a
@@ -428,20 +567,10 @@ NB_MODULE(_native, m) {
       nb::arg("max_occurrences"));
   // A token tree's candidates (cpp/index/branch_trie.h): every candidate continuation
   // copied as continuation_batch does (one set per tree), then one trie per tree. The
-  // tries come back flat, tree after tree, in a FlatTries: seven lists (tokens, parents,
-  // support, branch_of, origin, node_starts, origin_starts); tree t's nodes are
-  // node_starts[t] .. node_starts[t + 1] - 1 of the first four (parents and branch_of
-  // counted within the tree), its origin origin_starts[t] .. origin_starts[t + 1] - 1 of
-  // the fifth. Each list is made for Python only when read (`lists()`: all seven);
-  // size_held_tries_at_prices reads them where they are.
-  nb::class_<FlatTries>(m, "FlatTries")
-      .def_prop_ro("origin", [](const FlatTries& f) { return f.flat.origin; })
-      .def_prop_ro("node_starts", [](const FlatTries& f) { return f.node_starts; })
-      .def_prop_ro("origin_starts", [](const FlatTries& f) { return f.origin_starts; })
-      .def("lists", [](const FlatTries& f) {
-        return std::make_tuple(f.flat.tokens, f.flat.parents, f.flat.support, f.flat.branch_of,
-                               f.flat.origin, f.node_starts, f.origin_starts);
-      });
+  // tries come back flat, tree after tree, in seven lists (tokens, parents, support,
+  // branch_of, origin, node_starts, origin_starts); tree t's nodes are node_starts[t] ..
+  // node_starts[t + 1] - 1 of the first four (parents and branch_of counted within the
+  // tree), its origin origin_starts[t] .. origin_starts[t + 1] - 1 of the fifth.
   m.def(
       "continuation_tries",
       [](const std::vector<CursorSet*>& sets, const std::vector<int64_t>& slots,
@@ -463,32 +592,11 @@ NB_MODULE(_native, m) {
         agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(),
                                    max_occurrences, n, ranks.data(), counts.data(), firsts.data(),
                                    counts.size(), tries.data());
-        FlatTries out;
-        agspec::BranchTrie& flat = out.flat;
-        size_t num_nodes = 0, num_origins = 0;
-        for (const agspec::BranchTrie& t : tries) {
-          num_nodes += t.tokens.size();
-          num_origins += t.origin.size();
-        }
-        flat.tokens.reserve(num_nodes);
-        flat.parents.reserve(num_nodes);
-        flat.support.reserve(num_nodes);
-        flat.branch_of.reserve(num_nodes);
-        flat.origin.reserve(num_origins);
-        out.node_starts.reserve(tries.size() + 1);
-        out.origin_starts.reserve(tries.size() + 1);
-        out.node_starts.push_back(0);
-        out.origin_starts.push_back(0);
-        for (const agspec::BranchTrie& t : tries) {
-          flat.tokens.insert(flat.tokens.end(), t.tokens.begin(), t.tokens.end());
-          flat.parents.insert(flat.parents.end(), t.parents.begin(), t.parents.end());
-          flat.support.insert(flat.support.end(), t.support.begin(), t.support.end());
-          flat.branch_of.insert(flat.branch_of.end(), t.branch_of.begin(), t.branch_of.end());
-          flat.origin.insert(flat.origin.end(), t.origin.begin(), t.origin.end());
-          out.node_starts.push_back(int32_t(flat.tokens.size()));
-          out.origin_starts.push_back(int32_t(flat.origin.size()));
-        }
-        return out;
+        FlatTries f = flatten(tries);
+        return std::make_tuple(std::move(f.flat.tokens), std::move(f.flat.parents),
+                               std::move(f.flat.support), std::move(f.flat.branch_of),
+                               std::move(f.flat.origin), std::move(f.node_starts),
+                               std::move(f.origin_starts));
       },
       nb::arg("sets"), nb::arg("slots"), nb::arg("max_tokens"), nb::arg("rules"),
       nb::arg("max_occurrences"), nb::arg("ranks"), nb::arg("counts"), nb::arg("firsts"));
@@ -502,20 +610,11 @@ NB_MODULE(_native, m) {
         nb::arg("support"), nb::arg("branch_of"), nb::arg("node_starts"), nb::arg("trees"),
         nb::arg("branch_starts"), nb::arg("branch_curves"), nb::arg("curves"),
         nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"), nb::arg("prices"));
-  m.def(
-      "size_held_tries_at_prices",
-      [](const FlatTries& f, const std::vector<int64_t>& trees,
-         const std::vector<int64_t>& branch_starts, const std::vector<int64_t>& branch_curves,
-         const std::vector<std::vector<double>>& curves,
-         const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& rate_of,
-         const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
-        return size_tries(f.flat.tokens, f.flat.parents, f.flat.support, f.flat.branch_of,
-                          f.node_starts, trees, branch_starts, branch_curves, curves, rate_tables,
-                          rate_of, budgets, prices);
-      },
-      nb::arg("tries"), nb::arg("trees"), nb::arg("branch_starts"), nb::arg("branch_curves"),
-      nb::arg("curves"), nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"),
-      nb::arg("prices"));
+  m.def("grow_trees", &grow_trees, nb::arg("sets"), nb::arg("primary_slots"),
+        nb::arg("primary_rules"), nb::arg("rules"), nb::arg("min_match"), nb::arg("depths"),
+        nb::arg("firsts"), nb::arg("max_occurrences"), nb::arg("chain_curves"), nb::arg("agent_of"),
+        nb::arg("match_curves"), nb::arg("bucket_of_match"), nb::arg("curves"),
+        nb::arg("rate_tables"), nb::arg("budgets"), nb::arg("prices"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));

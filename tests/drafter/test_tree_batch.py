@@ -302,39 +302,191 @@ def test_flat_tries_are_the_tries_tree_after_tree(batch):
     assert flatten_tries(tries) == flat
 
 
-@settings(max_examples=200, deadline=None)
-@given(candidate_batches(), st.integers(0, 2**32 - 1))
-def test_native_tries_size_as_their_lists(batch, seed):
-    # The batched tree step sizes the tries where continuation_tries_native leaves them:
-    # the same kept trees as sizing their seven lists, and the same short lists.
+@st.composite
+def grow_batches(draw):
+    """A batch step's trees for `grow_trees_at_prices`: requests over two small corpora
+    (their matches differ, so candidates come from both and rank apart), each tree with
+    its chain's (slot, rule), depth, chain, budget and agent, and curves and rates that
+    are probabilities (non-rising curves)."""
     import random
 
-    from agspec.corpora.corpus_set import continuation_tries_flat, continuation_tries_native
-    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET, size_flat_tries_at_prices
+    from agspec.corpora.corpus_set import CorpusSet
+    from agspec.index.token_index import TokenIndex
+    from agspec.policy.survival import MATCH_BUCKETS
+    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET
 
-    held = continuation_tries_native(*batch)
-    flat = continuation_tries_flat(*batch)
-    assert held.lists() == flat
-    assert (held.origin, held.node_starts, held.origin_starts) == flat[4:]
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    a, b = TokenIndex(), TokenIndex()
+    a.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=60)))
+    b.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=30)))
+    rules = ["recent", "frequent", "first", "vote"]
+    num_agents = draw(st.integers(1, 2))
+
+    def curve(n: int) -> list[float]:
+        return sorted((rng.random() for _ in range(n)), reverse=True)
+
+    trees: dict[str, list] = {
+        k: [] for k in ("sets", "primary", "depths", "firsts", "budgets", "agents", "chains")
+    }
+    curves: list[list[float]] = []
+    for _ in range(draw(st.integers(1, 4))):
+        trees["sets"].append(
+            CorpusSet(
+                [("a", a, draw(st.sampled_from(rules))), ("b", b, draw(st.sampled_from(rules)))],
+                draw(st.lists(st.integers(0, 3), max_size=5)),
+            )
+        )
+        trees["primary"].append((draw(st.integers(0, 1)), draw(st.sampled_from(rules))))
+        depth = draw(st.integers(1, 6))
+        trees["depths"].append(depth)
+        first = draw(st.lists(st.integers(0, 3), max_size=6))
+        trees["firsts"].append(first)
+        trees["budgets"].append(draw(st.integers(0, 10)))
+        trees["agents"].append(draw(st.integers(0, num_agents - 1)))
+        trees["chains"].append(len(curves))
+        curves.append(curve(max(len(first), 1)))
+    deepest = max(trees["depths"])
+    rows = []
+    for _ in range(num_agents):
+        rows.append(list(range(len(curves), len(curves) + MATCH_BUCKETS)))
+        curves += [curve(deepest) for _ in range(MATCH_BUCKETS)]
+    tables = [[rng.random() for _ in range(MAX_SUPPORT_BUCKET + 1)] for _ in range(num_agents)]
+    prices = [0.0]
+    for _ in range(draw(st.integers(0, 12))):
+        prices.append(prices[-1] + rng.random() * 0.3)
+    return trees, draw(st.integers(0, 3)), curves, rows, tables, prices
+
+
+@settings(max_examples=300, deadline=None)
+@given(grow_batches())
+def test_grown_trees_equal_their_parts(batch):
+    # The batched tree step's one native call against the parts it fuses, each with its
+    # own reference tests: the candidates listed as `tree_candidates` lists them, copied
+    # and merged by continuation_tries_flat, then scored and sized by
+    # size_flat_tries_at_prices with each branch's curve by its corpus's match bucket.
+    from agspec.corpora.corpus_set import (
+        continuation_tries_flat,
+        match_lengths_flat,
+        native_handles,
+        rule_codes,
+    )
+    from agspec.policy.survival import BUCKET_OF_MATCH, match_bucket
+    from agspec.policy.tree_size import grow_trees_at_prices, size_flat_tries_at_prices
+
+    trees, min_match, curves, rows, tables, prices = batch
+    sets = trees["sets"]
+    rules = ["recent", "frequent", "first"]
+    lengths = match_lengths_flat(sets)
+    slots, cand_rules, ranks, depths, counts = [], [], [], [], []
+    at = 0
+    for t, cs in enumerate(sets):
+        n = len(slots)
+        for s in range(len(cs.names)):
+            m = lengths[at + s]
+            if m >= max(1, min_match):
+                for r in rules:
+                    if (s, r) != trees["primary"][t]:
+                        slots.append(s)
+                        cand_rules.append(r)
+                        ranks.append(-m)
+                        depths.append(trees["depths"][t])
+        at += len(cs.names)
+        counts.append(len(slots) - n)
+    flat = continuation_tries_flat(sets, slots, depths, cand_rules, ranks, counts, trees["firsts"])
     tokens, parents, support, branch_of, origin, node_at, origin_at = flat
-    rng = random.Random(seed)
-    trees = [t for t in range(len(node_at) - 1) if rng.random() < 0.8]
-    branch_starts, branch_curves = [0], []
-    curves = [sorted((rng.random() for _ in range(rng.randint(1, 6))), reverse=True)]
-    for t in trees:
-        for _ in range(origin_at[t + 1] - origin_at[t]):
-            branch_curves.append(0)
+    sized, branch_curves, branch_starts = [], [], [0]
+    cand_at = [sum(counts[:t]) for t in range(len(sets))]
+    for t in range(len(sets)):
+        o, e = origin_at[t], origin_at[t + 1]
+        if not counts[t] or e - o <= 1:
+            continue
+        sized.append(t)
+        branch_curves.append(trees["chains"][t])
+        for k in origin[o + 1 : e]:
+            m = -ranks[cand_at[t] + k]
+            branch_curves.append(rows[trees["agents"][t]][match_bucket(m)])
         branch_starts.append(len(branch_curves))
-    sizing = dict(
-        branch_curves=branch_curves,
-        branch_starts=branch_starts,
+    want = (
+        size_flat_tries_at_prices(
+            (tokens, parents, support, branch_of, node_at),
+            sized,
+            branch_curves=branch_curves,
+            branch_starts=branch_starts,
+            curves=curves,
+            rate_tables=tables,
+            rate_of=[trees["agents"][t] for t in sized],
+            budgets=[trees["budgets"][t] for t in sized],
+            prices=prices,
+        )
+        if sized
+        else ([], [], [], [0], [])
+    )
+    got_sized, got = grow_trees_at_prices(
+        native_handles(sets),
+        primary_slots=[s for s, _ in trees["primary"]],
+        primary_rules=rule_codes([r for _, r in trees["primary"]]),
+        rules=rule_codes(rules),
+        min_match=min_match,
+        depths=trees["depths"],
+        firsts=trees["firsts"],
+        max_occurrences=32,
+        chain_curves=trees["chains"],
+        agent_of=trees["agents"],
+        match_curves=rows,
+        bucket_of_match=BUCKET_OF_MATCH,
         curves=curves,
-        rate_tables=[[rng.random() for _ in range(MAX_SUPPORT_BUCKET + 1)]],
-        rate_of=[0] * len(trees),
-        budgets=[rng.randint(0, 8) for _ in trees],
-        prices=[0.05 * k for k in range(9)],
+        rate_tables=tables,
+        budgets=trees["budgets"],
+        prices=prices,
     )
-    want = size_flat_tries_at_prices(
-        (tokens, parents, support, branch_of, node_at), trees, **sizing
+    assert got_sized == sized
+    assert got == want
+
+
+def test_grow_trees_refuses_inconsistent_input():
+    from agspec.corpora.corpus_set import CorpusSet, native_handles, rule_codes
+    from agspec.index.token_index import TokenIndex
+    from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_BUCKETS
+    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET, grow_trees_at_prices
+
+    index = TokenIndex()
+    index.extend(0, [1, 2, 3, 1, 2, 4, 1, 2, 5])
+    cs = CorpusSet([("s", index, "recent")], [1, 2])
+    good = dict(
+        primary_slots=[0],
+        primary_rules=rule_codes(["recent"]),
+        rules=rule_codes(["recent", "frequent", "first"]),
+        min_match=1,
+        depths=[3],
+        firsts=[[5]],
+        max_occurrences=32,
+        chain_curves=[0],
+        agent_of=[0],
+        match_curves=[list(range(1, 1 + MATCH_BUCKETS))],
+        bucket_of_match=BUCKET_OF_MATCH,
+        curves=[[0.9]] + [[0.8, 0.5, 0.2]] * MATCH_BUCKETS,
+        rate_tables=[[0.5] * (MAX_SUPPORT_BUCKET + 1)],
+        budgets=[2],
+        prices=[0.0, 0.01, 0.02, 0.03, 0.04],
     )
-    assert size_flat_tries_at_prices(held, trees, **sizing) == want
+    sized, (tokens, parents, support, starts, num_chain) = grow_trees_at_prices(
+        native_handles([cs]), **good
+    )
+    # After [1, 2]: 3 (first), 4 and 5 (recent: the chain [5]); frequent ties go to the
+    # most recent, the chain's. Two nodes: the chain's 5 (p 0.9), then first's 3, a root
+    # child (p (1 - 0.9) * 0.5 = 0.05; 4 is no candidate).
+    assert sized == [0] and starts == [0, 2] and num_chain == [1]
+    assert (tokens, parents) == ([5, 3], [-1, -1])
+    bad = {
+        "depths": [0],
+        "agent_of": [1],
+        "budgets": [4, 4],
+        "bucket_of_match": [],
+        "match_curves": [[0]],  # a bucket without a curve
+        "chain_curves": [99],  # a curve index out of range
+        "curves": [[0.9]] + [[0.5, 0.8]] * MATCH_BUCKETS,  # a curve that rises
+        "prices": [],
+    }
+    for key, value in bad.items():
+        with pytest.raises(ValueError):
+            grow_trees_at_prices(native_handles([cs]), **(good | {key: value}))

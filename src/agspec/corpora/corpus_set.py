@@ -47,7 +47,6 @@ __all__ = [
     "continuations_batch",
     "continuation_tries",
     "continuation_tries_flat",
-    "continuation_tries_native",
     "match_lengths_batch",
     "match_lengths_flat",
     "prepare_batch",
@@ -321,6 +320,18 @@ def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
     return out
 
 
+def native_handles(sets: Sequence[CorpusSet]) -> list[_native.CursorSet] | None:
+    """The native cursor sets behind `sets`, for a native call that reads them whole
+    (`agspec.policy.tree_size.grow_trees_at_prices`); None when one set is not native."""
+    handles = [s._native for s in sets]
+    return None if None in handles else handles  # type: ignore[return-value]
+
+
+def rule_codes(rules: Sequence[ContinuationRule]) -> list[_native.ContinuationRule]:
+    """The native codes of continuation rules ("recent", "frequent", "first", "vote")."""
+    return [_RULE_CODES[r] for r in rules]
+
+
 def match_lengths_flat(sets: Sequence[CorpusSet]) -> list[int]:
     """Every set's match lengths in one list, set after set (`match_lengths_batch`
     without splitting it; set i's start at the sum of the earlier sets' sizes)."""
@@ -479,34 +490,6 @@ def continuation_tries_flat(
     ...                         [0, 0, 0], [2, 1], [[4], [3]])   # doctest: +NORMALIZE_WHITESPACE
     ([4, 3, 1, 3, 1], [-1, -1, 1, -1, 0], [1, 1, 1, 2, 1], [0, 1, 1, 0, 1], [-1, 1, -1, 0],
      [0, 3, 5], [0, 2, 4])
-    """
-    return continuation_tries_native(
-        sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
-    ).lists()
-
-
-def continuation_tries_native(
-    sets: Sequence[CorpusSet],
-    slots: Sequence[int],
-    max_tokens: Sequence[int],
-    rules: Sequence[ContinuationRule],
-    ranks: Sequence[int],
-    counts: Sequence[int],
-    firsts: Sequence[list[int]],
-    *,
-    max_occurrences: int = 32,
-) -> _native.FlatTries:
-    """`continuation_tries_flat`'s seven lists left on the native side (`_native.FlatTries`):
-    its properties `origin`, `node_starts` and `origin_starts` make only those lists, and
-    `agspec.policy.tree_size.size_flat_tries_at_prices` sizes its tries where they are (a
-    batch step makes no Python int per node).
-
-    >>> ix = TokenIndex(); ix.extend(0, [1, 2, 3, 1, 2, 4])
-    >>> cs = CorpusSet([("s", ix, "recent")], [1, 2])
-    >>> flat = continuation_tries_native([cs], [0, 0], [2, 2], ["recent", "first"], [0, 0],
-    ...                                  [2], [[4]])
-    >>> flat.origin, flat.node_starts, flat.origin_starts
-    ([-1, 1], [0, 3], [0, 2])
     """
     handles = [s._native for s in sets]
     if None in handles:

@@ -15,11 +15,27 @@ from agspec.corpora.corpus_set import (
     match_lengths_batch,
     match_lengths_flat,
     match_picks_flat,
+    native_handles,
     prepare_batch,
+    rule_codes,
 )
-from agspec.drafter.call import AgSpecCall, candidate_tries, candidate_tries_flat, tree_candidates
+from agspec.drafter.call import (
+    TREE_RULES,
+    AgSpecCall,
+    candidate_tries,
+    candidate_tries_flat,
+    tree_candidates,
+)
 from agspec.drafter.tree import DraftTree
-from agspec.policy.tree_size import flatten_tries, size_flat_tries_at_prices
+from agspec.index.token_index import ContinuationRule
+from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_OF_BUCKET
+from agspec.policy.tree_size import (
+    flatten_tries,
+    grow_trees_at_prices,
+    size_flat_tries_at_prices,
+)
+
+_TREE_RULE_CODES = rule_codes(TREE_RULES)
 
 if TYPE_CHECKING:
     from agspec import _native
@@ -207,11 +223,12 @@ def _grow_trees(
     chains: list[list[int]],
 ) -> list[DraftTree]:
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
-    recorded) their chains: which trees may beat their chains, every match of those in
-    one native call, every candidate branch of every request in one more (the tries stay
-    native, flat for the batch: only their short start and origin lists come to Python;
-    non-native corpora give the seven lists of `FlatTries`), then each tree scored and
-    sized (at the step's prices, all at once) and kept in its call.
+    recorded) their chains: which trees may beat their chains (`tree_curve`), then, when
+    every corpus is native and the cost rule prices the batch, the rest in one native
+    call (`_grow_native`). Otherwise, the reference path: every match of those trees in
+    one native call, every candidate branch of every request in one more (seven flat
+    lists, `FlatTries`), then each tree scored and sized (at the step's prices, all at
+    once) and kept in its call.
 
     Per-tree data lives in flat lists indexed by tree (t), not in tuples per tree: a
     batch step of trees otherwise makes hundreds of small objects that live through the
@@ -239,6 +256,13 @@ def _grow_trees(
     if not grown:
         return [DraftTree.chain(chain) for chain in chains]
     tree_sets = [sets[i] for i in grown]  # one per tree: its request's
+    occurrences = {calls[i].max_occurrences for i in grown}
+    if server.batch_cost_mode and len(occurrences) == 1:
+        handles = native_handles(tree_sets)
+        if handles is not None:  # every corpus native: the rest in one native call
+            return _grow_native(
+                server, calls, chains, grown, chain_curves, budgets, handles, occurrences.pop()
+            )
     lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
     # Every tree's candidate branches, flat, tree t's from slot_at[t], each depths[t]
     # tokens deep.
@@ -246,7 +270,6 @@ def _grow_trees(
     flat_slots, flat_rules, ranks, flat_depths, slot_at, depths = cands
     counts = [b - a for a, b in zip(slot_at, slot_at[1:])]
     firsts = [chains[i] for i in grown]
-    occurrences = {calls[i].max_occurrences for i in grown}
     if len(occurrences) == 1:
         flat = candidate_tries_flat(
             tree_sets,
@@ -273,19 +296,11 @@ def _grow_trees(
                 max_occurrences=calls[i].max_occurrences,
             )
         flat = flatten_tries(tries)
-    held: tuple[list[int], list[int], list[int], list[int], list[int]] | _native.FlatTries
-    if isinstance(flat, tuple):  # the lists of non-native corpora
-        origin, node_at, origin_at = flat[4], flat[5], flat[6]
-        held = (*flat[:4], node_at)
-    else:  # native: only these short lists come to Python
-        origin, node_at, origin_at = flat.origin, flat.node_starts, flat.origin_starts
-        held = flat
+    tokens, parents, support, branch_of, origin, node_at, origin_at = flat
     out: list[DraftTree | None] = [None] * n
     if not server.batch_cost_mode:
         # where tree t's corpora's match lengths start
         length_at = list(accumulate((len(cs.names) for cs in tree_sets), initial=0))
-        lists = flat if isinstance(flat, tuple) else flat.lists()
-        tokens, parents, support, branch_of = lists[:4]
         for t, i in enumerate(grown):
             if counts[t]:
                 a, b = node_at[t], node_at[t + 1]
@@ -369,7 +384,7 @@ def _grow_trees(
         # they go).
         prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
         kept_tokens, kept_parents, kept_support, kept_at, num_chain = size_flat_tries_at_prices(
-            held,
+            (tokens, parents, support, branch_of, node_at),
             sized,
             branch_curves=branch_curves,
             branch_starts=branch_at,
@@ -385,6 +400,91 @@ def _grow_trees(
             out[i] = calls[i].adopt_tree(
                 chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
             )
+    return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
+
+
+def _grow_native(
+    server: AgSpecServer,
+    calls: Sequence[AgSpecCall],
+    chains: list[list[int]],
+    grown: list[int],
+    chain_curves: list[list[float]],
+    budgets: list[int],
+    handles: list[_native.CursorSet],
+    max_occurrences: int,
+) -> list[DraftTree]:
+    """`_grow_trees`' rest when every corpus is native and the cost rule prices the batch:
+    the candidates listed, copied, merged, scored and sized in one native call
+    (`grow_trees_at_prices`), node for node what the Python path below builds. Python
+    supplies per tree its chain's (slot, rule), depth and curve, and per agent its rates
+    and one curve per match bucket (scoring only reads them: each is read once a step)."""
+    survival = server.lengths.survival
+    rates = server.branch_rates
+    branch_tokens = server.config.tree_branch_tokens
+    primary_slots: list[int] = []  # [num_trees]
+    primary_rules: list[ContinuationRule] = []  # [num_trees]
+    depths: list[int] = []  # [num_trees]
+    chain_ids: list[int] = []  # [num_trees] the index in `curves` of its chain's curve
+    agent_of: list[int] = []  # [num_trees] the index of its agent in `tables` / `rows`
+    curves: list[list[float]] = []
+    seen: dict[int, int] = {}  # id(a chain's curve) -> its index in `curves`
+    agents: dict[str, int] = {}
+    agent_names: list[str] = []
+    for t, i in enumerate(grown):
+        call = calls[i]
+        slot, rule = call._tree_primary(call.last_source)  # type: ignore[arg-type]
+        primary_slots.append(slot)
+        primary_rules.append(rule)
+        depth = budgets[t] // 2
+        depth = 1 if depth < 1 else depth
+        depths.append(branch_tokens if branch_tokens < depth else depth)
+        curve = chain_curves[t]  # shared by the trees of one `bounds` entry
+        c_id = seen.get(id(curve))
+        if c_id is None:
+            c_id = seen[id(curve)] = len(curves)
+            curves.append(curve)
+        chain_ids.append(c_id)
+        a_id = agents.get(call.agent)
+        if a_id is None:
+            a_id = agents[call.agent] = len(agent_names)
+            agent_names.append(call.agent)
+        agent_of.append(a_id)
+    # Per agent: its q_a, and the curve of each match bucket, as deep as any branch goes.
+    deepest = max(depths)
+    tables = [rates.table_for(agent) for agent in agent_names]
+    rows: list[list[int]] = []
+    for agent in agent_names:
+        rows.append(list(range(len(curves), len(curves) + len(MATCH_OF_BUCKET))))
+        curves += [survival.curve(agent, m, deepest)[:deepest] for m in MATCH_OF_BUCKET]
+    # A node costs what a draft token costs in the batch (the chain rule's prices, at the
+    # tree's step costs; a longer list of prices starts as a shorter one).
+    prices = server.lengths.cost.batch_prices(max(budgets), server.tree_step_costs)
+    sized, kept = grow_trees_at_prices(
+        handles,
+        primary_slots=primary_slots,
+        primary_rules=rule_codes(primary_rules),
+        rules=_TREE_RULE_CODES,
+        min_match=server.min_match_tokens,
+        depths=depths,
+        firsts=[chains[i] for i in grown],
+        max_occurrences=max_occurrences,
+        chain_curves=chain_ids,
+        agent_of=agent_of,
+        match_curves=rows,
+        bucket_of_match=BUCKET_OF_MATCH,
+        curves=curves,
+        rate_tables=tables,
+        budgets=budgets,
+        prices=prices,
+    )
+    kept_tokens, kept_parents, kept_support, kept_at, num_chain = kept
+    out: list[DraftTree | None] = [None] * len(calls)
+    for j, t in enumerate(sized):
+        i = grown[t]
+        a, b = kept_at[j], kept_at[j + 1]
+        out[i] = calls[i].adopt_tree(
+            chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
+        )
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from agspec.corpora.corpus_set import (
     CorpusSet,
     continuation_tries,
-    continuation_tries_native,
+    continuation_tries_flat,
     continuations_batch,
 )
 from agspec.drafter.tree import DraftTree
@@ -28,7 +28,6 @@ from agspec.policy.tree_size import (
 )
 
 if TYPE_CHECKING:
-    from agspec import _native
     from agspec.drafter.session import AgSpecSession
 
 # The occurrence rules a tree's candidate branches are copied by, in each corpus that
@@ -77,12 +76,11 @@ def candidate_tries_flat(
     firsts: list[list[int]],
     *,
     max_occurrences: int,
-) -> FlatTries | _native.FlatTries:
-    """`candidate_tries` for the whole batch, flat: one native call when the corpora are
-    native, its tries left there (`continuation_tries_native`), else in seven lists
-    (`FlatTries`)."""
+) -> FlatTries:
+    """`candidate_tries` for the whole batch in seven lists (`FlatTries`): one native call
+    when the corpora are native (`continuation_tries_flat`)."""
     if all(cs.is_native for cs in sets):
-        return continuation_tries_native(
+        return continuation_tries_flat(
             sets, slots, max_tokens, rules, ranks, counts, firsts, max_occurrences=max_occurrences
         )
     return flatten_tries(
@@ -167,6 +165,7 @@ class AgSpecCall:
         self._max_occurrences = 32
         # Per source of a chain: the rules each corpus's tree candidates are copied by.
         self._tree_rules: dict[Source, list[tuple[ContinuationRule, ...]]] = {}
+        self._primaries: dict[Source, tuple[int, ContinuationRule]] = {}
         self._request: Any = None
         self._draft: list[int] = []
         # The last draft's (length, censored by the cap, match length), for the policy.
@@ -361,6 +360,17 @@ class AgSpecCall:
             self.agent, self.last_match_length, len(chain)
         )[: len(chain)]
         return curve if self._tree_may_pay(curve, budget) else None
+
+    def _tree_primary(self, source: Source) -> tuple[int, ContinuationRule]:
+        """The (corpus slot, rule) a chain from `source` is copied by: the one pair its
+        tree's candidates leave out (`_candidate_rules`)."""
+        got = self._primaries.get(source)
+        if got is None:
+            corpora = self._corpora
+            assert corpora is not None
+            slot = corpora.names.index(source)
+            got = self._primaries[source] = (slot, corpora._rules[slot])
+        return got
 
     def _candidate_rules(self, source: Source) -> list[tuple[ContinuationRule, ...]]:
         """Per corpus slot, the rules of `TREE_RULES` its candidates are copied by when

@@ -52,6 +52,7 @@ __all__ = [
     "FlatTries",
     "KeptTrees",
     "flatten_tries",
+    "grow_trees_at_prices",
     "merge_branches",
     "merge_candidates",
     "node_probabilities",
@@ -65,7 +66,7 @@ __all__ = [
 BranchTrie: TypeAlias = tuple[list[int], list[int], list[int], list[int], list[int]]
 
 # Many merged tries in seven lists, tree after tree: (tokens, parents, support, branch_of,
-# origin, node_starts, origin_starts), as the native `continuation_tries_flat` returns them
+# origin, node_starts, origin_starts), as `continuation_tries_flat` returns them
 # (tree t's nodes are node_starts[t] .. node_starts[t + 1] - 1, its parents counted within
 # it; its origin origin_starts[t] .. origin_starts[t + 1] - 1). `flatten_tries` makes it.
 FlatTries: TypeAlias = tuple[
@@ -418,8 +419,7 @@ def size_trees_at_prices(
 
 
 def size_flat_tries_at_prices(
-    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]]
-    | _native.FlatTries,
+    tries: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
     trees: Sequence[int],
     *,
     branch_curves: Sequence[int],
@@ -432,8 +432,7 @@ def size_flat_tries_at_prices(
 ) -> KeptTrees:
     """`size_trees_at_prices` in one native call (cpp/policy/tree_size.h) over a batch
     step's flat tries, the kept trees built there too. `tries` is (tokens, parents,
-    support, branch_of, node_starts) of `FlatTries`, or the native tries themselves
-    (`continuation_tries_native`: read where they are). Sized tree j is tries' tree
+    support, branch_of, node_starts) of `FlatTries`. Sized tree j is tries' tree
     trees[j], its branch b's curve curves[branch_curves[branch_starts[j] + b]], its q_a
     rate_tables[rate_of[j]] (one rate per support 0 .. MAX_SUPPORT_BUCKET), its budget
     budgets[j]. Returns `KeptTrees`: tree j keeps the nodes `size_trees_at_prices` keeps
@@ -448,8 +447,72 @@ def size_flat_tries_at_prices(
     ...     budgets=[2], prices=[0.0, 0.1, 0.2, 0.3, 0.4])   # 7 and 8: p 0.9 and 0.5
     ([7, 8], [-1, 0], [3, 2], [0, 2], [2])
     """
-    sizing = (trees, branch_starts, branch_curves, curves, rate_tables, rate_of, budgets, prices)
-    if isinstance(tries, _native.FlatTries):
-        return _native.size_held_tries_at_prices(tries, *sizing)
     tokens, parents, support, branch_of, node_starts = tries
-    return _native.size_trees_at_prices(tokens, parents, support, branch_of, node_starts, *sizing)
+    return _native.size_trees_at_prices(
+        tokens,
+        parents,
+        support,
+        branch_of,
+        node_starts,
+        trees,
+        branch_starts,
+        branch_curves,
+        curves,
+        rate_tables,
+        rate_of,
+        budgets,
+        prices,
+    )
+
+
+def grow_trees_at_prices(
+    sets: Sequence[_native.CursorSet],
+    *,
+    primary_slots: Sequence[int],
+    primary_rules: Sequence[_native.ContinuationRule],
+    rules: Sequence[_native.ContinuationRule],
+    min_match: int,
+    depths: Sequence[int],
+    firsts: Sequence[list[int]],
+    max_occurrences: int,
+    chain_curves: Sequence[int],
+    agent_of: Sequence[int],
+    match_curves: Sequence[Sequence[int]],
+    bucket_of_match: Sequence[int],
+    curves: Sequence[Sequence[float]],
+    rate_tables: Sequence[Sequence[float]],
+    budgets: Sequence[int],
+    prices: Sequence[float],
+) -> tuple[list[int], KeptTrees]:
+    """A batch step's trees from their chains in one native call: what
+    `agspec.drafter.batch._grow_trees` does with `tree_candidates`,
+    `continuation_tries_flat` and `size_flat_tries_at_prices`, node for node (tests/drafter
+    check the two paths against each other). Tree t reads the native cursor set sets[t]
+    (`agspec.corpora.corpus_set.native_handles`); its candidates are every (corpus slot,
+    rule of `rules`) whose match is at least `min_match`, except (primary_slots[t],
+    primary_rules[t]), its chain's, copied depths[t] tokens deep and merged with
+    firsts[t]. Its chain follows curves[chain_curves[t]], a later branch the curve of its
+    corpus's match m, curves[match_curves[agent_of[t]][bucket_of_match[min(m, last)]]],
+    and its q_a is rate_tables[agent_of[t]]; it keeps at most budgets[t] nodes at
+    `prices`. Returns the trees sized (those with a candidate that adds a branch; the
+    others keep their chain) and their kept trees (`KeptTrees`, sized tree j's at j).
+    Inconsistent input is a ValueError."""
+    sized, *kept = _native.grow_trees(
+        sets,
+        primary_slots,
+        primary_rules,
+        rules,
+        min_match,
+        depths,
+        firsts,
+        max_occurrences,
+        chain_curves,
+        agent_of,
+        match_curves,
+        bucket_of_match,
+        curves,
+        rate_tables,
+        budgets,
+        prices,
+    )
+    return sized, tuple(kept)  # type: ignore[return-value]
