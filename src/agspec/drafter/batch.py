@@ -30,6 +30,7 @@ from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
 from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_OF_BUCKET
 from agspec.policy.tree_size import (
+    KeptTrees,
     flatten_tries,
     grow_trees_at_prices,
     size_flat_tries_at_prices,
@@ -383,7 +384,7 @@ def _grow_trees(
         # the tree's step costs; one list for the step: prices do not depend on how far
         # they go).
         prices = server.lengths.cost.batch_prices(most, server.tree_step_costs)
-        kept_tokens, kept_parents, kept_support, kept_at, num_chain = size_flat_tries_at_prices(
+        kept = size_flat_tries_at_prices(
             (tokens, parents, support, branch_of, node_at),
             sized,
             branch_curves=branch_curves,
@@ -394,13 +395,26 @@ def _grow_trees(
             budgets=sized_budgets,
             prices=prices,
         )
-        for j, t in enumerate(sized):
-            i = grown[t]
-            a, b = kept_at[j], kept_at[j + 1]
-            out[i] = calls[i].adopt_tree(
-                chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
-            )
+        _adopt_kept(calls, chains, grown, sized, kept, out)
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
+
+
+def _adopt_kept(
+    calls: Sequence[AgSpecCall],
+    chains: list[list[int]],
+    grown: list[int],
+    sized: list[int],
+    kept: KeptTrees,
+    out: list[DraftTree | None],
+) -> None:
+    """Each sized tree (sized[j], of request grown[sized[j]]) kept in its call, into out."""
+    kept_tokens, kept_parents, kept_support, kept_at, num_chain = kept
+    for j, t in enumerate(sized):
+        i = grown[t]
+        a, b = kept_at[j], kept_at[j + 1]
+        out[i] = calls[i].adopt_tree(
+            chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
+        )
 
 
 def _grow_native(
@@ -477,14 +491,8 @@ def _grow_native(
         budgets=budgets,
         prices=prices,
     )
-    kept_tokens, kept_parents, kept_support, kept_at, num_chain = kept
     out: list[DraftTree | None] = [None] * len(calls)
-    for j, t in enumerate(sized):
-        i = grown[t]
-        a, b = kept_at[j], kept_at[j + 1]
-        out[i] = calls[i].adopt_tree(
-            chains[i], num_chain[j], kept_tokens[a:b], kept_parents[a:b], kept_support[a:b]
-        )
+    _adopt_kept(calls, chains, grown, sized, kept, out)
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 
 
