@@ -25,6 +25,7 @@ from agspec.drafter.call import (
     candidate_tries,
     candidate_tries_flat,
     tree_candidates,
+    tree_depth,
 )
 from agspec.drafter.tree import DraftTree
 from agspec.index.token_index import ContinuationRule
@@ -429,7 +430,7 @@ def _grow_native(
 ) -> list[DraftTree]:
     """`_grow_trees`' rest when every corpus is native and the cost rule prices the batch:
     the candidates listed, copied, merged, scored and sized in one native call
-    (`grow_trees_at_prices`), node for node what the Python path below builds. Python
+    (`grow_trees_at_prices`), node for node what `_grow_trees`' Python path builds. Python
     supplies per tree its chain's (slot, rule), depth and curve, and per agent its rates
     and one curve per match bucket (scoring only reads them: each is read once a step)."""
     survival = server.lengths.survival
@@ -449,9 +450,7 @@ def _grow_native(
         slot, rule = call._tree_primary(call.last_source)  # type: ignore[arg-type]
         primary_slots.append(slot)
         primary_rules.append(rule)
-        depth = budgets[t] // 2
-        depth = 1 if depth < 1 else depth
-        depths.append(branch_tokens if branch_tokens < depth else depth)
+        depths.append(tree_depth(budgets[t], branch_tokens))
         curve = chain_curves[t]  # shared by the trees of one `bounds` entry
         c_id = seen.get(id(curve))
         if c_id is None:

@@ -103,15 +103,28 @@ class TreeCandidates(NamedTuple):
     depths: list[int]
 
 
+def tree_depth(budget: int, branch_tokens: int) -> int:
+    """How deep a tree's candidate branches are copied for a node budget: half the budget
+    (at least 1), at most `branch_tokens` (with a small budget the deep nodes of
+    alternatives would never be kept, only merged and scored).
+
+    >>> tree_depth(64, 16), tree_depth(6, 16), tree_depth(1, 16)
+    (16, 3, 1)
+    """
+    depth = budget // 2
+    if depth < 1:
+        depth = 1
+    return branch_tokens if branch_tokens < depth else depth
+
+
 def tree_candidates(
     calls: Sequence[AgSpecCall], lengths: list[int], budgets: list[int]
 ) -> TreeCandidates:
     """The candidate branches to retrieve for each call's tree, given its corpora's match
     lengths (`lengths`: every call's in turn, as `match_lengths_flat` returns them) and
     its node budget: every (corpus, rule of `TREE_RULES`) whose match is long enough but
-    the chain's own, ranked by its corpus's match, longest first, each copied at most
-    half the budget deep (and at most `tree_branch_tokens`: with a small budget the deep
-    nodes of alternatives would never be kept, only merged and scored)."""
+    the chain's own, ranked by its corpus's match, longest first, each copied
+    `tree_depth` tokens deep."""
     out = TreeCandidates([], [], [], [], [0], [])
     slots, rules, ranks, max_tokens, starts, depths = out
     at = 0
@@ -125,11 +138,7 @@ def tree_candidates(
         min_match = server.min_match_tokens
         if min_match < 1:
             min_match = 1
-        depth = budget // 2
-        if depth < 1:
-            depth = 1
-        if server.config.tree_branch_tokens < depth:
-            depth = server.config.tree_branch_tokens
+        depth = tree_depth(budget, server.config.tree_branch_tokens)
         depths.append(depth)
         for s, rs in enumerate(rules_of):
             m = lengths[at + s]

@@ -27,13 +27,6 @@ CURVES_FORMAT = "agspec-acceptance-curves"
 MATCH_BUCKETS = 8
 
 
-# match_bucket(m) for m = 0 .. 64; every longer match is in the last entry's bucket (a
-# native call reads the bucket of m at min(m, 64)).
-BUCKET_OF_MATCH: list[int] = [min(m.bit_length(), MATCH_BUCKETS - 1) for m in range(65)]
-# A match length in each bucket, bucket by bucket (0, 1, 2, 4, ..., 64).
-MATCH_OF_BUCKET: list[int] = [0] + [1 << (b - 1) for b in range(1, MATCH_BUCKETS)]
-
-
 def match_bucket(match_tokens: int) -> int:
     """Log2 bucket of a match length: 0 | 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64+.
 
@@ -41,6 +34,13 @@ def match_bucket(match_tokens: int) -> int:
     [0, 1, 2, 2, 3, 4, 5, 7, 7]
     """
     return min(match_tokens.bit_length(), MATCH_BUCKETS - 1)
+
+
+# A match length in each bucket, bucket by bucket (0, 1, 2, 4, ..., 64).
+MATCH_OF_BUCKET: list[int] = [0] + [1 << (b - 1) for b in range(1, MATCH_BUCKETS)]
+# match_bucket(m) for m = 0 .. 64; every longer match is in the last entry's bucket (a
+# native call reads the bucket of m at min(m, 64)).
+BUCKET_OF_MATCH: list[int] = [match_bucket(m) for m in range(MATCH_OF_BUCKET[-1] + 1)]
 
 
 class MatchSurvival:
