@@ -240,13 +240,21 @@ def _grow_trees(
     chain_curves: list[list[float]] = []  # [num_trees]
     budgets: list[int] = []  # [num_trees] node budget
     top = server.tree_max_nodes
-    # `tree_curve` depends on the agent, match and chain length and the budget alone
-    # while the step proposes (nothing observes): asked once per distinct four.
+    # `tree_curve` depends on the agent, the match's bucket, the chain's length and the
+    # budget alone while the step proposes (nothing observes): asked once per distinct
+    # four.
     bounds: dict[tuple[str, int, int, int], list[float] | None] = {}
+    last_bucket = len(MATCH_OF_BUCKET) - 1
     for i, (call, chain, k) in enumerate(zip(calls, chains, caps)):
         if chain:
             budget = k if k < top else top
-            asked = (call.agent, call.last_match_length, len(chain), budget)
+            bucket = call.last_match_length.bit_length()  # match_bucket, inline
+            asked = (
+                call.agent,
+                bucket if bucket < last_bucket else last_bucket,
+                len(chain),
+                budget,
+            )
             if asked in bounds:
                 curve = bounds[asked]
             else:
