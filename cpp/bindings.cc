@@ -10,6 +10,9 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <exception>
+
 #include "branch_trie.h"
 #include "cursor_set.h"
 #include "match_cursor.h"
@@ -144,102 +147,163 @@ size_tries(const std::vector<int32_t>& tokens, const std::vector<int32_t>& paren
                                                   std::move(kept.num_chain));
 }
 
-// The batched tree step's middle in one call (agspec.drafter.batch._grow_trees, whose
-// Python path is the reference): every tree's corpora's match lengths; its candidates,
-// every (slot, rule of `rules`) whose match is at least min_match except its chain's own
-// (primary slot, primary rule), ranked by minus the match, depths[t] tokens each; the
-// candidates copied and merged into one trie per tree (continuation_tries); then every
-// tree whose candidates add a branch scored and sized at the step's prices. Branch 0
-// follows curves[chain_curves[t]], a later branch the curve of its corpus's match:
-// curves[match_curves[agent_of[t]][bucket_of_match[min(match, last)]]]; q_a is
-// rate_tables[agent_of[t]]. Which rules, buckets, curves and prices, is Python's.
-// Returns the sized trees (t) and their kept trees (size_tries' five lists).
-std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>,
-           std::vector<int32_t>, std::vector<int32_t>>
-grow_trees(const std::vector<CursorSet*>& sets, const std::vector<int64_t>& primary_slots,
-           const std::vector<agspec::ContinuationRule>& primary_rules,
-           const std::vector<agspec::ContinuationRule>& rules, int64_t min_match,
-           const std::vector<int64_t>& depths, const std::vector<std::vector<Token>>& firsts,
-           size_t max_occurrences, const std::vector<int64_t>& chain_curves,
-           const std::vector<int64_t>& agent_of,
-           const std::vector<std::vector<int64_t>>& match_curves,
-           const std::vector<int64_t>& bucket_of_match,
-           const std::vector<std::vector<double>>& curves,
-           const std::vector<std::vector<double>>& rate_tables, const std::vector<int64_t>& budgets,
-           const std::vector<double>& prices) {
-  const size_t num_trees = sets.size();
+// A batch step's tree candidates, listed and handed to the helpers to copy
+// (agspec::ContinuationGroupsRun) while Python plans the chains; grow_begun_trees merges
+// and sizes the trees wanted. Holds the sets (none is freed while a helper reads it) and
+// the arrays the helpers read; members go in reverse order: the run before its arrays.
+struct TreeJob {
+  nb::list sets;
+  std::vector<CursorSet*> ptrs;
+  std::vector<int64_t> slots, max_tokens, ranks, counts, starts;
+  std::vector<agspec::ContinuationRule> rules;
+  std::vector<std::vector<Token>> conts;
+  bool grown = false;
+  std::unique_ptr<agspec::ContinuationGroupsRun> run;
+};
+
+// The first half of the batched tree step's middle (agspec.drafter.batch._grow_trees,
+// whose Python path is the reference): every request's corpora's match lengths, then its
+// candidates, every (slot, rule of `rules`) whose match is at least min_match except its
+// chain's own (primary slot, primary rule), ranked by minus the match, depths[t] tokens
+// each (tree_candidates' order: slot by slot, rule by rule), handed to the helpers.
+std::unique_ptr<TreeJob> tree_candidates_begin(
+    nb::list sets, const std::vector<int64_t>& primary_slots,
+    const std::vector<agspec::ContinuationRule>& primary_rules,
+    const std::vector<agspec::ContinuationRule>& rules, int64_t min_match,
+    const std::vector<int64_t>& depths, size_t max_occurrences) {
+  const size_t num_trees = nb::len(sets);
   if (primary_slots.size() != num_trees || primary_rules.size() != num_trees ||
-      depths.size() != num_trees || firsts.size() != num_trees ||
-      chain_curves.size() != num_trees || agent_of.size() != num_trees ||
-      budgets.size() != num_trees) {
+      depths.size() != num_trees) {
     throw agspec::ArgumentError(
-        "grow_trees: one primary slot and rule, depth, first branch, chain curve, agent and "
-        "budget per set");
+        "tree_candidates_begin: one primary slot and rule and depth per set");
   }
-  if (bucket_of_match.empty() || match_curves.size() != rate_tables.size()) {
-    throw agspec::ArgumentError(
-        "grow_trees: bucket_of_match must not be empty, and match_curves needs one row per "
-        "rate table");
-  }
+  auto job = std::make_unique<TreeJob>();
+  job->sets = sets;
+  job->ptrs.resize(num_trees);
   size_t num_lengths = 0;
-  for (const CursorSet* set : sets) {
-    if (set == nullptr) throw agspec::ArgumentError("grow_trees: a set is None");
-    num_lengths += set->size();
-  }
   for (size_t t = 0; t < num_trees; ++t) {
-    if (depths[t] < 1) throw agspec::ArgumentError("grow_trees: a depth below 1");
-    if (agent_of[t] < 0 || size_t(agent_of[t]) >= rate_tables.size()) {
-      throw agspec::ArgumentError("grow_trees: an agent index out of range");
-    }
+    nb::handle h = sets[t];
+    if (h.is_none()) throw agspec::ArgumentError("tree_candidates_begin: a set is None");
+    job->ptrs[t] = nb::cast<CursorSet*>(h);
+    num_lengths += job->ptrs[t]->size();
+    if (depths[t] < 1) throw agspec::ArgumentError("tree_candidates_begin: a depth below 1");
   }
+  job->run = std::make_unique<agspec::ContinuationGroupsRun>(job->ptrs.data(), num_trees);
   std::vector<int32_t> lengths(num_lengths);
-  agspec::match_lengths_batch(sets.data(), num_trees, lengths.data());
-  // The candidates, tree after tree (tree_candidates' order: slot by slot, rule by rule).
-  std::vector<int64_t> slots, max_tokens, ranks, counts(num_trees), starts(num_trees + 1, 0);
-  std::vector<agspec::ContinuationRule> cand_rules;
+  job->run->match_lengths(lengths.data());
+  job->counts.resize(num_trees);
+  job->starts.assign(num_trees + 1, 0);
   const int64_t least = min_match < 1 ? 1 : min_match;
   size_t at = 0;
   for (size_t t = 0; t < num_trees; ++t) {
-    const size_t num_slots = sets[t]->size();
+    const size_t num_slots = job->ptrs[t]->size();
     for (size_t slot = 0; slot < num_slots; ++slot) {
       const int32_t m = lengths[at + slot];
       if (m < least) continue;
       for (const agspec::ContinuationRule r : rules) {
         if (int64_t(slot) == primary_slots[t] && r == primary_rules[t]) continue;
-        slots.push_back(int64_t(slot));
-        cand_rules.push_back(r);
-        ranks.push_back(-int64_t(m));
-        max_tokens.push_back(depths[t]);
+        job->slots.push_back(int64_t(slot));
+        job->rules.push_back(r);
+        job->ranks.push_back(-int64_t(m));
+        job->max_tokens.push_back(depths[t]);
       }
     }
     at += num_slots;
-    starts[t + 1] = int64_t(slots.size());
-    counts[t] = starts[t + 1] - starts[t];
+    job->starts[t + 1] = int64_t(job->slots.size());
+    job->counts[t] = job->starts[t + 1] - job->starts[t];
   }
+  job->conts.resize(job->slots.size());
+  job->run->start(job->counts.data(), job->slots.data(), job->max_tokens.data(), job->rules.data(),
+                  max_occurrences, job->conts.data());
+  return job;
+}
+
+// The second half: the candidates of job's requests trees[j] copied (the helpers' work,
+// finished) and merged into one trie each after firsts[j] (merge_branches, on the
+// helpers); then every tree whose candidates add a branch scored and sized at the step's
+// prices. Branch 0 follows curves[chain_curves[j]], a later branch the curve of its
+// corpus's match: curves[match_curves[agent_of[j]][bucket_of_match[min(match, last)]]];
+// q_a is rate_tables[agent_of[j]]. Which rules, buckets, curves and prices, is Python's.
+// Returns the sized trees (j) and their kept trees (size_tries' five lists).
+std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>,
+           std::vector<int32_t>, std::vector<int32_t>>
+grow_begun_trees(TreeJob& job, const std::vector<int64_t>& trees,
+                 const std::vector<std::vector<Token>>& firsts,
+                 const std::vector<int64_t>& chain_curves, const std::vector<int64_t>& agent_of,
+                 const std::vector<std::vector<int64_t>>& match_curves,
+                 const std::vector<int64_t>& bucket_of_match,
+                 const std::vector<std::vector<double>>& curves,
+                 const std::vector<std::vector<double>>& rate_tables,
+                 const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
+  if (job.grown)
+    throw agspec::ArgumentError("grow_begun_trees: these candidates were grown already");
+  job.grown = true;
+  const size_t num_begun = job.ptrs.size(), num_trees = trees.size();
+  std::vector<char> wanted(num_begun, 0);
+  for (const int64_t t : trees) {
+    if (t < 0 || size_t(t) >= num_begun || wanted[size_t(t)]) {
+      job.run->finish(nullptr);
+      throw agspec::ArgumentError(
+          "grow_begun_trees: trees must be distinct requests of the begun candidates");
+    }
+    wanted[size_t(t)] = 1;
+  }
+  if (firsts.size() != num_trees || chain_curves.size() != num_trees ||
+      agent_of.size() != num_trees || budgets.size() != num_trees || bucket_of_match.empty() ||
+      match_curves.size() != rate_tables.size()) {
+    job.run->finish(nullptr);
+    throw agspec::ArgumentError(
+        "grow_begun_trees: one first branch, chain curve, agent and budget per tree, "
+        "bucket_of_match not empty, and match_curves one row per rate table");
+  }
+  for (size_t j = 0; j < num_trees; ++j) {
+    if (agent_of[j] < 0 || size_t(agent_of[j]) >= rate_tables.size()) {
+      job.run->finish(nullptr);
+      throw agspec::ArgumentError("grow_begun_trees: an agent index out of range");
+    }
+  }
+  job.run->finish(wanted.data());
+  const std::vector<int64_t>& starts = job.starts;
   std::vector<agspec::BranchTrie> tries(num_trees);
-  agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), cand_rules.data(),
-                             max_occurrences, slots.size(), ranks.data(), counts.data(),
-                             firsts.data(), num_trees, tries.data());
+  // Merged on the helpers, a few trees a task (tasks must not throw: each keeps its error).
+  constexpr size_t kTreesPerTask = 4;
+  std::vector<std::exception_ptr> errors((num_trees + kTreesPerTask - 1) / kTreesPerTask);
+  agspec::run_tasks(errors.size(), [&](size_t task) {
+    try {
+      for (size_t j = task * kTreesPerTask; j < std::min(num_trees, (task + 1) * kTreesPerTask);
+           ++j) {
+        const size_t t = size_t(trees[j]);
+        tries[j] = agspec::merge_branches(firsts[j], job.conts.data() + starts[t],
+                                          job.ranks.data() + starts[t], size_t(job.counts[t]));
+      }
+    } catch (...) {
+      errors[task] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
   // The trees whose candidates add a branch, and their branches' curves.
   std::vector<int64_t> sized, branch_starts{0}, branch_curves, rate_of, sized_budgets;
   const size_t last_match = bucket_of_match.size() - 1;
-  for (size_t t = 0; t < num_trees; ++t) {
-    const std::vector<int32_t>& origin = tries[t].origin;
-    if (counts[t] == 0 || origin.size() <= 1) continue;
-    const std::vector<int64_t>& row = match_curves[size_t(agent_of[t])];
-    branch_curves.push_back(chain_curves[t]);
+  for (size_t j = 0; j < num_trees; ++j) {
+    const size_t t = size_t(trees[j]);
+    const std::vector<int32_t>& origin = tries[j].origin;
+    if (job.counts[t] == 0 || origin.size() <= 1) continue;
+    const std::vector<int64_t>& row = match_curves[size_t(agent_of[j])];
+    branch_curves.push_back(chain_curves[j]);
     for (size_t k = 1; k < origin.size(); ++k) {
-      const int64_t m = -ranks[size_t(starts[t] + origin[k])];
+      const int64_t m = -job.ranks[size_t(starts[t] + origin[k])];
       const int64_t bucket = bucket_of_match[size_t(m) < last_match ? size_t(m) : last_match];
       if (bucket < 0 || size_t(bucket) >= row.size()) {
-        throw agspec::ArgumentError("grow_trees: a match bucket without a curve");
+        throw agspec::ArgumentError("grow_begun_trees: a match bucket without a curve");
       }
       branch_curves.push_back(row[size_t(bucket)]);
     }
     branch_starts.push_back(int64_t(branch_curves.size()));
-    sized.push_back(int64_t(t));
-    rate_of.push_back(agent_of[t]);
-    sized_budgets.push_back(budgets[t]);
+    sized.push_back(int64_t(j));
+    rate_of.push_back(agent_of[j]);
+    sized_budgets.push_back(budgets[j]);
   }
   std::vector<int32_t> sized_out(sized.begin(), sized.end());
   if (sized.empty()) {
@@ -610,11 +674,18 @@ NB_MODULE(_native, m) {
         nb::arg("support"), nb::arg("branch_of"), nb::arg("node_starts"), nb::arg("trees"),
         nb::arg("branch_starts"), nb::arg("branch_curves"), nb::arg("curves"),
         nb::arg("rate_tables"), nb::arg("rate_of"), nb::arg("budgets"), nb::arg("prices"));
-  m.def("grow_trees", &grow_trees, nb::arg("sets"), nb::arg("primary_slots"),
+  // drop(): the candidates not wanted after all (the helpers stop, the indexes are left).
+  nb::class_<TreeJob>(m, "TreeCandidates").def("drop", [](TreeJob& job) {
+    job.grown = true;
+    job.run->finish(nullptr);
+  });
+  m.def("tree_candidates_begin", &tree_candidates_begin, nb::arg("sets"), nb::arg("primary_slots"),
         nb::arg("primary_rules"), nb::arg("rules"), nb::arg("min_match"), nb::arg("depths"),
-        nb::arg("firsts"), nb::arg("max_occurrences"), nb::arg("chain_curves"), nb::arg("agent_of"),
-        nb::arg("match_curves"), nb::arg("bucket_of_match"), nb::arg("curves"),
-        nb::arg("rate_tables"), nb::arg("budgets"), nb::arg("prices"));
+        nb::arg("max_occurrences"));
+  m.def("grow_begun_trees", &grow_begun_trees, nb::arg("job"), nb::arg("trees"), nb::arg("firsts"),
+        nb::arg("chain_curves"), nb::arg("agent_of"), nb::arg("match_curves"),
+        nb::arg("bucket_of_match"), nb::arg("curves"), nb::arg("rate_tables"), nb::arg("budgets"),
+        nb::arg("prices"));
   // How many threads a large batched call uses (cpp/index/workers.h).
   m.def("batch_threads", &agspec::batch_threads);
   m.def("prepare_batch", &agspec::prepare_batch, nb::arg("num_sets"));

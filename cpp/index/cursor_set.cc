@@ -471,6 +471,85 @@ void continuation_groups(CursorSet* const* sets, const int64_t* counts, size_t n
   rethrow_first(errors);
 }
 
+ContinuationGroupsRun::ContinuationGroupsRun(CursorSet* const* sets, size_t num_groups)
+    : sets_(sets), n_(num_groups), parallel_(parallel(sets, num_groups)) {
+  if (parallel_) reads_ = std::make_unique<BatchReads>(sets, num_groups);
+}
+
+ContinuationGroupsRun::~ContinuationGroupsRun() {
+  try {
+    finish(nullptr);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot raise it
+  }
+}
+
+void ContinuationGroupsRun::match_lengths(int32_t* out) {
+  if (started_ || finished_) {
+    throw ArgumentError("ContinuationGroupsRun: match_lengths after start or finish");
+  }
+  if (!parallel_) return match_lengths_batch(sets_, n_, out);
+  std::vector<size_t> offsets(n_ + 1, 0);
+  for (size_t i = 0; i < n_; ++i) offsets[i + 1] = offsets[i] + sets_[i]->size();
+  std::vector<std::exception_ptr> errors(n_);
+  each_set(n_, errors, [&](size_t i) { sets_[i]->match_lengths_in(out + offsets[i], *reads_, i); });
+  rethrow_first(errors);
+}
+
+void ContinuationGroupsRun::start(const int64_t* counts, const int64_t* slots,
+                                  const int64_t* max_tokens, const ContinuationRule* rules,
+                                  size_t max_occurrences, std::vector<Token>* out) {
+  if (started_ || finished_) throw ArgumentError("ContinuationGroupsRun: started twice");
+  started_ = true;
+  slots_ = slots;
+  max_tokens_ = max_tokens;
+  rules_ = rules;
+  max_occurrences_ = max_occurrences;
+  out_ = out;
+  start_.assign(n_ + 1, 0);
+  for (size_t g = 0; g < n_; ++g) start_[g + 1] = start_[g] + size_t(counts[g]);
+  skip_ = std::make_unique<std::atomic<bool>[]>(n_);
+  errors_.resize(n_);
+  if (!parallel_) return;  // finish() copies
+  run_.start(num_set_tasks(n_), set_task(n_, errors_.data(), [this](size_t g) { group(g); }));
+}
+
+void ContinuationGroupsRun::group(size_t g) {
+  if (skip_[g].load(std::memory_order_relaxed)) return;
+  for (size_t j = start_[g]; j < start_[g + 1]; ++j) {
+    if (slots_[j] < 0 || max_tokens_[j] <= 0) continue;  // nothing to copy
+    const size_t slot = size_t(slots_[j]), k = size_t(max_tokens_[j]);
+    out_[j] = reads_ ? sets_[g]->continuation_in(slot, k, rules_[j], max_occurrences_, *reads_, g)
+                     : sets_[g]->continuation(slot, k, rules_[j], max_occurrences_);
+  }
+}
+
+void ContinuationGroupsRun::finish(const char* wanted) {
+  if (finished_) return;
+  finished_ = true;
+  if (!started_) {
+    reads_.reset();
+    return;
+  }
+  for (size_t g = 0; g < n_; ++g) {
+    if (wanted == nullptr || !wanted[g]) skip_[g].store(true, std::memory_order_relaxed);
+  }
+  if (parallel_) {
+    run_.finish();
+  } else {
+    for (size_t g = 0; g < n_; ++g) {
+      try {
+        group(g);
+      } catch (...) {
+        errors_[g] = std::current_exception();
+      }
+    }
+  }
+  reads_.reset();
+  for (size_t g = 0; g < n_; ++g) {
+    if (wanted != nullptr && wanted[g] && errors_[g]) std::rethrow_exception(errors_[g]);
+  }
+}
+
 std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, ContinuationRule rule,
                                            size_t max_occurrences) {
   if (slot >= cursors_.size()) {

@@ -6,6 +6,7 @@
 // to draft, is decided in Python (agspec.policy).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -83,6 +84,7 @@ class CursorSet {
  private:
   friend class BatchReads;
   friend class AdvanceBatch;
+  friend class ContinuationGroupsRun;
   friend void match_lengths_batch(CursorSet* const*, size_t, int32_t*);
   friend void continuation_batch(CursorSet* const*, const int64_t*, const int64_t*,
                                  const ContinuationRule*, size_t, size_t, std::vector<Token>*);
@@ -193,5 +195,52 @@ void continuation_groups(CursorSet* const* sets, const int64_t* counts, size_t n
                          const int64_t* slots, const int64_t* max_tokens,
                          const ContinuationRule* rules, size_t max_occurrences,
                          std::vector<Token>* out, const std::function<void(size_t)>& done);
+
+// continuation_groups in parts, for a caller with other work to do while the helpers
+// copy (a batch step's tree candidates, copied while Python plans the chains):
+//  - the constructor enters the sets' indexes for reading, as one batched call does, and
+//    stays inside until finish(), so that no writer changes them meanwhile;
+//  - match_lengths() reads every set's match lengths (match_lengths_batch's layout) under
+//    those reads, bringing every cursor up to date;
+//  - start() hands the groups (continuation_groups' arrays) to the helpers;
+//  - finish(wanted) skips the groups not wanted (wanted[g] == 0) that no helper has begun,
+//    copies on the caller the wanted ones no helper has taken, and returns once every
+//    group begun is done, raising the first error of a wanted group (in group order).
+//    out[] of an unwanted group is left as it is or copied.
+// Where continuation_groups would run on the caller alone (a small batch, a set listed
+// twice, no helpers), nothing is entered and finish() copies the wanted groups.
+// Between start() and finish() the arrays must stay valid and nothing may move the sets;
+// their continuations may be copied (a cursor changes only when its index did, and none
+// can), though a writer of another thread that comes meanwhile makes such a copy wait out
+// the patience and find its index busy. The destructor finishes wanting none.
+class ContinuationGroupsRun {
+ public:
+  ContinuationGroupsRun(CursorSet* const* sets, size_t num_groups);
+  ContinuationGroupsRun(const ContinuationGroupsRun&) = delete;
+  ContinuationGroupsRun& operator=(const ContinuationGroupsRun&) = delete;
+  ~ContinuationGroupsRun();
+  void match_lengths(int32_t* out);
+  void start(const int64_t* counts, const int64_t* slots, const int64_t* max_tokens,
+             const ContinuationRule* rules, size_t max_occurrences, std::vector<Token>* out);
+  void finish(const char* wanted);
+
+ private:
+  void group(size_t g);  // group g's copies, unless it was skipped
+  CursorSet* const* sets_;
+  size_t n_;
+  bool parallel_;
+  bool started_ = false;
+  bool finished_ = false;
+  const int64_t* slots_ = nullptr;
+  const int64_t* max_tokens_ = nullptr;
+  const ContinuationRule* rules_ = nullptr;
+  size_t max_occurrences_ = 0;
+  std::vector<Token>* out_ = nullptr;
+  std::vector<size_t> start_;  // group g is entries start_[g] .. start_[g + 1]
+  std::unique_ptr<std::atomic<bool>[]> skip_;
+  std::vector<std::exception_ptr> errors_;
+  std::unique_ptr<BatchReads> reads_;
+  TaskRun run_;  // last: it finishes before what its tasks read goes
+};
 
 }  // namespace agspec

@@ -32,8 +32,9 @@ from agspec.index.token_index import ContinuationRule
 from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_OF_BUCKET
 from agspec.policy.tree_size import (
     KeptTrees,
+    begin_tree_candidates,
     flatten_tries,
-    grow_trees_at_prices,
+    grow_begun_trees,
     size_flat_tries_at_prices,
 )
 
@@ -211,10 +212,15 @@ def step_batch(
         for call in calls:
             call.last_source, call.last_match_length = None, 0
         return _propose_each(calls, sets, match_lengths_batch(sets), caps)
-    chains = _propose(shared, calls, sets, caps)
-    if trees:
-        return _grow_trees(shared, calls, sets, caps, chains)
-    return chains
+    if not trees:
+        return _propose(shared, calls, sets, caps)
+    begun: list[_Begun] = []  # the trees' candidates, copied while the chains are planned
+    try:
+        chains = _propose(shared, calls, sets, caps, begun)
+        return _grow_trees(shared, calls, sets, caps, chains, begun[0] if begun else None)
+    finally:
+        for job, _ in begun:
+            job.drop()  # grown or not: the helpers stop, the indexes are left
 
 
 def _grow_trees(
@@ -223,11 +229,13 @@ def _grow_trees(
     sets: list[CorpusSet],
     caps: list[int],
     chains: list[list[int]],
+    begun: _Begun | None = None,
 ) -> list[DraftTree]:
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
     recorded) their chains: which trees may beat their chains (`tree_curve`), then, when
-    every corpus is native and the cost rule prices the batch, the rest in one native
-    call (`_grow_native`). Otherwise, the reference path: every match of those trees in
+    every corpus is native and the cost rule prices the batch, the rest in native calls
+    (`_grow_native`, which finishes `begun`, the candidates `_propose` began copying, when
+    given). Otherwise, the reference path: every match of those trees in
     one native call, every candidate branch of every request in one more (seven flat
     lists, `FlatTries`), then each tree scored and sized (at the step's prices, all at
     once) and kept in its call.
@@ -269,9 +277,17 @@ def _grow_trees(
     occurrences = {calls[i].max_occurrences for i in grown}
     if server.batch_cost_mode and len(occurrences) == 1:
         handles = native_handles(tree_sets)
-        if handles is not None:  # every corpus native: the rest in one native call
+        if handles is not None:  # every corpus native: the rest in native calls
             return _grow_native(
-                server, calls, chains, grown, chain_curves, budgets, handles, occurrences.pop()
+                server,
+                calls,
+                chains,
+                grown,
+                chain_curves,
+                budgets,
+                handles,
+                occurrences.pop(),
+                begun,
             )
     lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
     # Every tree's candidate branches, flat, tree t's from slot_at[t], each depths[t]
@@ -435,18 +451,39 @@ def _grow_native(
     budgets: list[int],
     handles: list[_native.CursorSet],
     max_occurrences: int,
+    begun: _Begun | None,
 ) -> list[DraftTree]:
     """`_grow_trees`' rest when every corpus is native and the cost rule prices the batch:
-    the candidates listed, copied, merged, scored and sized in one native call
-    (`grow_trees_at_prices`), node for node what `_grow_trees`' Python path builds. Python
-    supplies per tree its chain's (slot, rule), depth and curve, and per agent its rates
-    and one curve per match bucket (scoring only reads them: each is read once a step)."""
+    the candidates listed and copied (`begun`, when `_propose` began them; else begun
+    here), then merged, scored and sized in one native call (`grow_begun_trees`), node
+    for node what `_grow_trees`' Python path builds. Python supplies per tree its chain's
+    (slot, rule), depth and curve, and per agent its rates and one curve per match bucket
+    (scoring only reads them: each is read once a step)."""
     survival = server.lengths.survival
     rates = server.branch_rates
     branch_tokens = server.config.tree_branch_tokens
-    primary_slots: list[int] = []  # [num_trees]
-    primary_rules: list[ContinuationRule] = []  # [num_trees]
-    depths: list[int] = []  # [num_trees]
+    if begun is not None and all(begun[1][i] >= 0 for i in grown):
+        job, job_of = begun
+        members = [job_of[i] for i in grown]
+    else:
+        if begun is not None:
+            begun[0].drop()  # not the trees grown (never so: they are a subset)
+        primary_slots: list[int] = []  # [num_trees]
+        primary_rules: list[ContinuationRule] = []  # [num_trees]
+        for i in grown:
+            slot, rule = calls[i]._tree_primary(calls[i].last_source)  # type: ignore[arg-type]
+            primary_slots.append(slot)
+            primary_rules.append(rule)
+        job = begin_tree_candidates(
+            handles,
+            primary_slots=primary_slots,
+            primary_rules=rule_codes(primary_rules),
+            rules=_TREE_RULE_CODES,
+            min_match=server.min_match_tokens,
+            depths=[tree_depth(b, branch_tokens) for b in budgets],
+            max_occurrences=max_occurrences,
+        )
+        members = list(range(len(grown)))
     chain_ids: list[int] = []  # [num_trees] the index in `curves` of its chain's curve
     agent_of: list[int] = []  # [num_trees] the index of its agent in `tables` / `rows`
     curves: list[list[float]] = []
@@ -454,24 +491,21 @@ def _grow_native(
     agents: dict[str, int] = {}
     agent_names: list[str] = []
     for t, i in enumerate(grown):
-        call = calls[i]
-        slot, rule = call._tree_primary(call.last_source)  # type: ignore[arg-type]
-        primary_slots.append(slot)
-        primary_rules.append(rule)
-        depths.append(tree_depth(budgets[t], branch_tokens))
         curve = chain_curves[t]  # shared by the trees of one `bounds` entry
         c_id = seen.get(id(curve))
         if c_id is None:
             c_id = seen[id(curve)] = len(curves)
             curves.append(curve)
         chain_ids.append(c_id)
-        a_id = agents.get(call.agent)
+        agent = calls[i].agent
+        a_id = agents.get(agent)
         if a_id is None:
-            a_id = agents[call.agent] = len(agent_names)
-            agent_names.append(call.agent)
+            a_id = agents[agent] = len(agent_names)
+            agent_names.append(agent)
         agent_of.append(a_id)
-    # Per agent: its q_a, and the curve of each match bucket, as deep as any branch goes.
-    deepest = max(depths)
+    # Per agent: its q_a, and the curve of each match bucket, as deep as any branch goes
+    # (the depth grows with the budget).
+    deepest = tree_depth(max(budgets), branch_tokens)
     tables = [rates.table_for(agent) for agent in agent_names]
     rows: list[list[int]] = []
     for agent in agent_names:
@@ -480,15 +514,10 @@ def _grow_native(
     # A node costs what a draft token costs in the batch (the chain rule's prices, at the
     # tree's step costs; a longer list of prices starts as a shorter one).
     prices = server.lengths.cost.batch_prices(max(budgets), server.tree_step_costs)
-    sized, kept = grow_trees_at_prices(
-        handles,
-        primary_slots=primary_slots,
-        primary_rules=rule_codes(primary_rules),
-        rules=_TREE_RULE_CODES,
-        min_match=server.min_match_tokens,
-        depths=depths,
+    sized, kept = grow_begun_trees(
+        job,
+        members,
         firsts=[chains[i] for i in grown],
-        max_occurrences=max_occurrences,
         chain_curves=chain_ids,
         agent_of=agent_of,
         match_curves=rows,
@@ -503,15 +532,81 @@ def _grow_native(
     return [DraftTree.chain(c) if tree is None else tree for tree, c in zip(out, chains)]
 
 
+# A batch step's tree candidates begun (`begin_tree_candidates`) and, per request of the
+# step, its index in the job (-1: not begun).
+_Begun = tuple["_native.TreeCandidates", list[int]]
+
+
+def _begin_trees(
+    server: AgSpecServer,
+    picked: list[int],
+    calls: list[AgSpecCall],
+    sets: list[CorpusSet],
+    slots: list[int],
+    caps: list[int],
+    begun: list[_Begun],
+) -> None:
+    """The candidates of every tree the step may grow (`_grow_native`'s), handed to the
+    helper threads to copy while `_propose` plans and copies the chains: the picked
+    requests (picked[j], its call, set, slot and cap at j) whose budget may hold a tree.
+    Their chains are not drafted yet, so this is a superset of the trees grown
+    (`tree_curve`); those left out are dropped. Only where `_grow_trees` takes the native
+    path: the cost rule prices the batch and one max_occurrences for all."""
+    top = server.tree_max_nodes
+    if not server.batch_cost_mode or top < 2:
+        return
+    # A budget of one node is the chain (`tree_curve`).
+    members = [j for j, k in enumerate(caps) if k >= 2]  # j
+    if not members:
+        return
+    occurrences = calls[members[0]].max_occurrences
+    for j in members:
+        if calls[j].max_occurrences != occurrences:
+            return
+    tree_sets = [sets[j] for j in members]
+    handles = native_handles(tree_sets)
+    if handles is None:
+        return
+    # A chain's (slot, rule) is its request's pick and that corpus's rule
+    # (`AgSpecCall._tree_primary`).
+    primary_slots = [slots[j] for j in members]
+    primary_rules = [cs._codes[slot] for cs, slot in zip(tree_sets, primary_slots)]
+    branch_tokens = server.config.tree_branch_tokens
+    depth_of: dict[int, int] = {}  # cap -> depth
+    depths: list[int] = []
+    for j in members:
+        k = caps[j]
+        depth = depth_of.get(k)
+        if depth is None:
+            depth = depth_of[k] = tree_depth(k if k < top else top, branch_tokens)
+        depths.append(depth)
+    job = begin_tree_candidates(
+        handles,
+        primary_slots=primary_slots,
+        primary_rules=primary_rules,
+        rules=_TREE_RULE_CODES,
+        min_match=server.min_match_tokens,
+        depths=depths,
+        max_occurrences=occurrences,
+    )
+    job_of = [-1] * (picked[-1] + 1)
+    for t, j in enumerate(members):
+        job_of[picked[j]] = t
+    begun.append((job, job_of))
+
+
 def _propose(
     server: AgSpecServer,
     calls: Sequence[AgSpecCall],
     sets: list[CorpusSet],
     caps: list[int],
+    begun: list[_Begun] | None = None,
 ) -> list[list[int]]:
     """`AgSpecCall.plan` and `take_draft` for the calls of one server, the policy asked once
     (every match read in one call first; each call's last draft was reset by the accept
-    half of the step)."""
+    half of the step). With `begun` (a step of trees), the candidates of every tree the
+    step may grow are handed to the helper threads once the matches are read, and the job
+    goes into `begun` (`_begin_trees`)."""
     n = len(calls)
     # Each request's source pick and its match, long enough to draft from (slot -1: none).
     picks = match_picks_flat(sets, server.min_match_tokens)
@@ -534,6 +629,8 @@ def _propose(
         matches = [all_matches[i] for i in picked]
         available = [caps[i] for i in picked]
     native = all(cs.is_native for cs in picked_sets)
+    if begun is not None and native:
+        _begin_trees(server, picked, picked_calls, picked_sets, slots, available, begun)
     policy = server.lengths
     cost_mode, capped_mode = server.cost_mode, server.capped_mode
     tables: list[list[int]] = []

@@ -465,6 +465,68 @@ def size_flat_tries_at_prices(
     )
 
 
+def begin_tree_candidates(
+    sets: Sequence[_native.CursorSet],
+    *,
+    primary_slots: Sequence[int],
+    primary_rules: Sequence[_native.ContinuationRule],
+    rules: Sequence[_native.ContinuationRule],
+    min_match: int,
+    depths: Sequence[int],
+    max_occurrences: int,
+) -> _native.TreeCandidates:
+    """The first half of `grow_trees_at_prices`, for a caller with other work meanwhile
+    (a batch step's chains, planned while the helper threads copy the candidates): every
+    request's candidates listed and handed to the helpers. Request t reads the native
+    cursor set sets[t]; its candidates are every (corpus slot, rule of `rules`) whose match
+    is at least `min_match`, except (primary_slots[t], primary_rules[t]), its chain's,
+    copied depths[t] tokens deep. Until `grow_begun_trees` or the job's `drop()` the sets'
+    indexes stay entered for reading and nothing may move the sets; their continuations
+    may be copied. Inconsistent input is a ValueError."""
+    return _native.tree_candidates_begin(
+        list(sets), primary_slots, primary_rules, rules, min_match, depths, max_occurrences
+    )
+
+
+def grow_begun_trees(
+    job: _native.TreeCandidates,
+    trees: Sequence[int],
+    *,
+    firsts: Sequence[list[int]],
+    chain_curves: Sequence[int],
+    agent_of: Sequence[int],
+    match_curves: Sequence[Sequence[int]],
+    bucket_of_match: Sequence[int],
+    curves: Sequence[Sequence[float]],
+    rate_tables: Sequence[Sequence[float]],
+    budgets: Sequence[int],
+    prices: Sequence[float],
+) -> tuple[list[int], KeptTrees]:
+    """The second half: the trees of the begun requests trees[j] (distinct; the other
+    requests' candidates are dropped, uncopied where no helper began them), each its
+    candidates merged with firsts[j], scored and sized. Tree j's chain follows
+    curves[chain_curves[j]], a later branch the curve of its corpus's match m,
+    curves[match_curves[agent_of[j]][bucket_of_match[min(m, last)]]], and its q_a is
+    rate_tables[agent_of[j]]; it keeps at most budgets[j] nodes at `prices`. Returns the
+    trees sized (j: those with a candidate that adds a branch; the others keep their
+    chain) and their kept trees (`KeptTrees`, sized tree k's at k). A job grows once;
+    inconsistent input is a ValueError (the job is then finished)."""
+    sized, *kept = _native.grow_begun_trees(
+        job,
+        trees,
+        firsts,
+        chain_curves,
+        agent_of,
+        match_curves,
+        bucket_of_match,
+        curves,
+        rate_tables,
+        budgets,
+        prices,
+    )
+    return sized, tuple(kept)  # type: ignore[return-value]
+
+
 def grow_trees_at_prices(
     sets: Sequence[_native.CursorSet],
     *,
@@ -484,35 +546,31 @@ def grow_trees_at_prices(
     budgets: Sequence[int],
     prices: Sequence[float],
 ) -> tuple[list[int], KeptTrees]:
-    """A batch step's trees from their chains in one native call: what
-    `agspec.drafter.batch._grow_trees` does with `tree_candidates`,
-    `continuation_tries_flat` and `size_flat_tries_at_prices`, node for node (tests/drafter
-    check the two paths against each other). Tree t reads the native cursor set sets[t]
-    (`agspec.corpora.corpus_set.native_handles`); its candidates are every (corpus slot,
-    rule of `rules`) whose match is at least `min_match`, except (primary_slots[t],
-    primary_rules[t]), its chain's, copied depths[t] tokens deep and merged with
-    firsts[t]. Its chain follows curves[chain_curves[t]], a later branch the curve of its
-    corpus's match m, curves[match_curves[agent_of[t]][bucket_of_match[min(m, last)]]],
-    and its q_a is rate_tables[agent_of[t]]; it keeps at most budgets[t] nodes at
-    `prices`. Returns the trees sized (those with a candidate that adds a branch; the
-    others keep their chain) and their kept trees (`KeptTrees`, sized tree j's at j).
-    Inconsistent input is a ValueError."""
-    sized, *kept = _native.grow_trees(
+    """A batch step's trees from their chains: what `agspec.drafter.batch._grow_trees`
+    does with `tree_candidates`, `continuation_tries_flat` and
+    `size_flat_tries_at_prices`, node for node (tests/drafter check the two paths against
+    each other), as `begin_tree_candidates` then `grow_begun_trees` of every request
+    (tree t of sets[t], the arguments as theirs). Returns the trees sized (t) and their
+    kept trees. Inconsistent input is a ValueError."""
+    job = begin_tree_candidates(
         sets,
-        primary_slots,
-        primary_rules,
-        rules,
-        min_match,
-        depths,
-        firsts,
-        max_occurrences,
-        chain_curves,
-        agent_of,
-        match_curves,
-        bucket_of_match,
-        curves,
-        rate_tables,
-        budgets,
-        prices,
+        primary_slots=primary_slots,
+        primary_rules=primary_rules,
+        rules=rules,
+        min_match=min_match,
+        depths=depths,
+        max_occurrences=max_occurrences,
     )
-    return sized, tuple(kept)  # type: ignore[return-value]
+    return grow_begun_trees(
+        job,
+        list(range(len(depths))),
+        firsts=firsts,
+        chain_curves=chain_curves,
+        agent_of=agent_of,
+        match_curves=match_curves,
+        bucket_of_match=bucket_of_match,
+        curves=curves,
+        rate_tables=rate_tables,
+        budgets=budgets,
+        prices=prices,
+    )
