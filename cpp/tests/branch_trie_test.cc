@@ -3,7 +3,9 @@
 // over a small alphabet (so that candidates repeat, share prefixes and are prefixes of the
 // first branch); and continuation_tries on the helper threads against the same call on
 // the caller alone and against continuation_batch() of every candidate, then
-// merge_branches of each tree. Built without Python so CI runs it under the sanitizers.
+// merge_branches of each tree; and ContinuationGroupsRun's wanted groups against the same,
+// with the caller copying from the same cursors meanwhile. Built without Python so CI runs it under
+// the sanitizers.
 #include "branch_trie.h"
 
 #include <algorithm>
@@ -168,6 +170,39 @@ void tries_scenario() {
     }
     for (auto& s : slots) s = std::min<int64_t>(s, 1);
     const size_t n = slots.size();
+    std::vector<std::vector<Token>> conts(n);
+    // The same groups begun on the helpers (ContinuationGroupsRun) while the caller copies
+    // every entry again from the same cursors (the chains a batch step plans meanwhile),
+    // every other group wanted; the sessions grew past the cursors since the last step, so
+    // each cursor catches up in match_lengths, before the helpers start. The wanted
+    // groups' copies and the caller's are the reference's.
+    {
+      agspec::set_batch_threads(4);
+      std::vector<int32_t> lengths(2 * kTrees);
+      std::vector<std::vector<Token>> begun(n), again(n);
+      agspec::ContinuationGroupsRun run(sets.data(), kTrees);
+      run.match_lengths(lengths.data());
+      run.start(counts.data(), slots.data(), max_tokens.data(), rules.data(), 16, begun.data());
+      agspec::continuation_batch(flat.data(), slots.data(), max_tokens.data(), rules.data(), 16, n,
+                                 again.data());
+      std::vector<char> wanted(kTrees);
+      for (size_t t = 0; t < kTrees; ++t) wanted[t] = char((t + size_t(step)) % 2);
+      run.finish(wanted.data());
+      agspec::continuation_batch(flat.data(), slots.data(), max_tokens.data(), rules.data(), 16, n,
+                                 conts.data());  // the reference, after the run
+      if (again != conts) fail("continuation_batch during a run, step " + std::to_string(step));
+      size_t from = 0;
+      for (size_t t = 0; t < kTrees; ++t) {
+        for (size_t j = from; j < from + size_t(counts[t]); ++j) {
+          if (wanted[t] && begun[j] != conts[j]) {
+            fail("ContinuationGroupsRun, step " + std::to_string(step) + " tree " +
+                 std::to_string(t));
+          }
+        }
+        from += size_t(counts[t]);
+      }
+      agspec::set_batch_threads(1);
+    }
     std::vector<BranchTrie> helpers(kTrees), alone(kTrees);
     agspec::set_batch_threads(4);
     agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(), 16, n,
@@ -175,9 +210,6 @@ void tries_scenario() {
     agspec::set_batch_threads(1);
     agspec::continuation_tries(sets.data(), slots.data(), max_tokens.data(), rules.data(), 16, n,
                                ranks.data(), counts.data(), firsts.data(), kTrees, alone.data());
-    std::vector<std::vector<Token>> conts(n);
-    agspec::continuation_batch(flat.data(), slots.data(), max_tokens.data(), rules.data(), 16, n,
-                               conts.data());
     size_t at = 0;
     for (size_t t = 0; t < kTrees; ++t) {
       const BranchTrie want = agspec::merge_branches(firsts[t], conts.data() + at,
@@ -193,6 +225,7 @@ void tries_scenario() {
       const Token tok[2] = {Token(rng() % 4), Token(rng() % 4)};
       sessions[i]->extend(1, tok, 2);
       sets[i]->advance(tok, 2);
+      sessions[i]->extend(1, tok + 1, 1);  // past the cursors: the next step catches up
     }
   }
   // A miscount is refused before anything is copied.

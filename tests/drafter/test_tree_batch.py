@@ -490,3 +490,185 @@ def test_grow_trees_refuses_inconsistent_input():
     for key, value in bad.items():
         with pytest.raises(ValueError):
             grow_trees_at_prices(native_handles([cs]), **(good | {key: value}))
+
+
+def _begun_batch(seed: int, num_requests: int):
+    """A batch step of num_requests trees over two shared corpora (enough distinct sets
+    that the candidates are copied on the helper threads), as `grow_batches` draws them."""
+    import random
+
+    from agspec.corpora.corpus_set import CorpusSet
+    from agspec.index.token_index import TokenIndex
+    from agspec.policy.survival import MATCH_BUCKETS
+    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET
+
+    rng = random.Random(seed)
+    a, b = TokenIndex(), TokenIndex()
+    a.extend(0, [rng.randrange(4) for _ in range(400)])
+    b.extend(0, [rng.randrange(4) for _ in range(200)])
+    rules = ["recent", "frequent", "first", "vote"]
+    sets, primary, depths, firsts, budgets, agents, chains = [], [], [], [], [], [], []
+    curves: list[list[float]] = []
+
+    def curve(n: int) -> list[float]:
+        return sorted((rng.random() for _ in range(n)), reverse=True)
+
+    for _ in range(num_requests):
+        sets.append(
+            CorpusSet(
+                [("a", a, rng.choice(rules)), ("b", b, rng.choice(rules))],
+                [rng.randrange(4) for _ in range(rng.randrange(6))],
+            )
+        )
+        primary.append((rng.randrange(2), rng.choice(rules)))
+        depths.append(rng.randint(1, 6))
+        first = [rng.randrange(4) for _ in range(rng.randrange(7))]
+        firsts.append(first)
+        budgets.append(rng.randint(0, 10))
+        agents.append(rng.randrange(2))
+        chains.append(len(curves))
+        curves.append(curve(max(len(first), 1)))
+    rows = []
+    for _ in range(2):
+        rows.append(list(range(len(curves), len(curves) + MATCH_BUCKETS)))
+        curves += [curve(max(depths)) for _ in range(MATCH_BUCKETS)]
+    tables = [[rng.random() for _ in range(MAX_SUPPORT_BUCKET + 1)] for _ in range(2)]
+    prices = [0.0]
+    for _ in range(12):
+        prices.append(prices[-1] + rng.random() * 0.3)
+    trees = dict(
+        sets=sets,
+        primary=primary,
+        depths=depths,
+        firsts=firsts,
+        budgets=budgets,
+        agents=agents,
+        chains=chains,
+    )
+    return trees, curves, rows, tables, prices
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_begun_trees_grown_in_part_equal_those_grown_alone(seed, threads):
+    # step_batch(trees=True) begins the candidates of more requests than it grows (their
+    # chains are planned meanwhile, and their continuations copied from the same
+    # cursors): the trees grown from a begun job equal those of grow_trees_at_prices over
+    # just those requests, on the helper threads or not.
+    import random
+
+    from agspec import _native
+    from agspec.corpora.corpus_set import continuation_batch, native_handles, rule_codes
+    from agspec.policy.survival import BUCKET_OF_MATCH
+    from agspec.policy.tree_size import (
+        begin_tree_candidates,
+        grow_begun_trees,
+        grow_trees_at_prices,
+    )
+
+    trees, curves, rows, tables, prices = _begun_batch(seed, 40)
+    rules = rule_codes(["recent", "frequent", "first"])
+    n = len(trees["sets"])
+    rng = random.Random(seed)
+    grown = sorted(rng.sample(range(n), rng.randint(0, n)))
+    per_tree = ("firsts", "chains", "agents", "budgets")
+
+    def sized_args(picked):
+        sel = {k: [trees[k][t] for t in picked] for k in per_tree}
+        return dict(
+            firsts=sel["firsts"],
+            chain_curves=sel["chains"],
+            agent_of=sel["agents"],
+            match_curves=rows,
+            bucket_of_match=BUCKET_OF_MATCH,
+            curves=curves,
+            rate_tables=tables,
+            budgets=sel["budgets"],
+            prices=prices,
+        )
+
+    _native.set_batch_threads(threads)
+    try:
+        want = grow_trees_at_prices(
+            native_handles([trees["sets"][t] for t in grown]),
+            primary_slots=[trees["primary"][t][0] for t in grown],
+            primary_rules=rule_codes([trees["primary"][t][1] for t in grown]),
+            rules=rules,
+            min_match=1,
+            depths=[trees["depths"][t] for t in grown],
+            max_occurrences=32,
+            **sized_args(grown),
+        )
+        chains_before = continuation_batch(trees["sets"], [0] * n, [8] * n)
+        job = begin_tree_candidates(
+            native_handles(trees["sets"]),
+            primary_slots=[s for s, _ in trees["primary"]],
+            primary_rules=rule_codes([r for _, r in trees["primary"]]),
+            rules=rules,
+            min_match=1,
+            depths=trees["depths"],
+            max_occurrences=32,
+        )
+        # The chains' copies, from the same cursors, while the helpers copy candidates.
+        assert continuation_batch(trees["sets"], [0] * n, [8] * n) == chains_before
+        got = grow_begun_trees(job, grown, **sized_args(grown))
+    finally:
+        _native.set_batch_threads(0)
+    assert got == want
+    with pytest.raises(ValueError, match="grown already"):
+        grow_begun_trees(job, grown, **sized_args(grown))
+
+
+def test_grow_begun_trees_refuses_bad_requests():
+    from agspec.corpora.corpus_set import native_handles, rule_codes
+    from agspec.policy.survival import BUCKET_OF_MATCH
+    from agspec.policy.tree_size import begin_tree_candidates, grow_begun_trees
+
+    trees, curves, rows, tables, prices = _begun_batch(7, 20)
+    n = len(trees["sets"])
+
+    def begin():
+        return begin_tree_candidates(
+            native_handles(trees["sets"]),
+            primary_slots=[s for s, _ in trees["primary"]],
+            primary_rules=rule_codes([r for _, r in trees["primary"]]),
+            rules=rule_codes(["recent", "frequent", "first"]),
+            min_match=1,
+            depths=trees["depths"],
+            max_occurrences=32,
+        )
+
+    def grow(job, picked):
+        return grow_begun_trees(
+            job,
+            picked,
+            firsts=[[1]] * len(picked),
+            chain_curves=[0] * len(picked),
+            agent_of=[0] * len(picked),
+            match_curves=rows,
+            bucket_of_match=BUCKET_OF_MATCH,
+            curves=curves,
+            rate_tables=tables,
+            budgets=[4] * len(picked),
+            prices=prices,
+        )
+
+    for picked in ([0, 0], [n], [-1]):  # a request twice, out of range
+        with pytest.raises(ValueError, match="distinct requests"):
+            grow(begin(), picked)
+    job = begin()
+    job.drop()
+    job.drop()  # dropping twice is no error
+    with pytest.raises(ValueError, match="grown already"):
+        grow(job, [0])
+    with pytest.raises(ValueError, match="one primary slot"):
+        begin_tree_candidates(
+            native_handles(trees["sets"]),
+            primary_slots=[0],
+            primary_rules=rule_codes(["recent"]),
+            rules=rule_codes(["recent"]),
+            min_match=1,
+            depths=[1],
+            max_occurrences=32,
+        )
+    assert grow(begin(), []) == ([], ([], [], [], [0], []))
