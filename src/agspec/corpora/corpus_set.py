@@ -322,7 +322,7 @@ def match_lengths_batch(sets: Sequence[CorpusSet]) -> list[list[int]]:
 
 def native_handles(sets: Sequence[CorpusSet]) -> list[_native.CursorSet] | None:
     """The native cursor sets behind `sets`, for a native call that reads them whole
-    (`agspec.policy.tree_size.grow_trees_at_prices`); None when one set is not native."""
+    (`agspec.policy.tree_size.begin_tree_candidates`); None when one set is not native."""
     handles = [s._native for s in sets]
     return None if None in handles else handles  # type: ignore[return-value]
 

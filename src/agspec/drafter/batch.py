@@ -28,7 +28,6 @@ from agspec.drafter.call import (
     tree_depth,
 )
 from agspec.drafter.tree import DraftTree
-from agspec.index.token_index import ContinuationRule
 from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_OF_BUCKET
 from agspec.policy.tree_size import (
     KeptTrees,
@@ -233,9 +232,9 @@ def _grow_trees(
 ) -> list[DraftTree]:
     """`propose_tree`'s rest for the calls of one server, after `_propose` drafted (and
     recorded) their chains: which trees may beat their chains (`tree_curve`), then, when
-    every corpus is native and the cost rule prices the batch, the rest in native calls
-    (`_grow_native`, which finishes `begun`, the candidates `_propose` began copying, when
-    given). Otherwise, the reference path: every match of those trees in
+    `_propose` began their candidates (`begun`: every corpus native, the cost rule
+    pricing the batch, one max_occurrences), the rest in one native call
+    (`_grow_native`). Otherwise, the reference path: every match of those trees in
     one native call, every candidate branch of every request in one more (seven flat
     lists, `FlatTries`), then each tree scored and sized (at the step's prices, all at
     once) and kept in its call.
@@ -274,21 +273,13 @@ def _grow_trees(
     if not grown:
         return [DraftTree.chain(chain) for chain in chains]
     tree_sets = [sets[i] for i in grown]  # one per tree: its request's
+    if begun is not None:
+        job, job_of = begun
+        members = [job_of[i] for i in grown]
+        if -1 not in members:  # every tree's candidates begun: the rest in one native call
+            return _grow_native(server, calls, chains, grown, chain_curves, budgets, job, members)
+        job.drop()  # never so (the trees grown are among those begun): the reference path
     occurrences = {calls[i].max_occurrences for i in grown}
-    if server.batch_cost_mode and len(occurrences) == 1:
-        handles = native_handles(tree_sets)
-        if handles is not None:  # every corpus native: the rest in native calls
-            return _grow_native(
-                server,
-                calls,
-                chains,
-                grown,
-                chain_curves,
-                budgets,
-                handles,
-                occurrences.pop(),
-                begun,
-            )
     lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
     # Every tree's candidate branches, flat, tree t's from slot_at[t], each depths[t]
     # tokens deep.
@@ -449,41 +440,17 @@ def _grow_native(
     grown: list[int],
     chain_curves: list[list[float]],
     budgets: list[int],
-    handles: list[_native.CursorSet],
-    max_occurrences: int,
-    begun: _Begun | None,
+    job: _native.TreeCandidates,
+    members: list[int],
 ) -> list[DraftTree]:
-    """`_grow_trees`' rest when every corpus is native and the cost rule prices the batch:
-    the candidates listed and copied (`begun`, when `_propose` began them; else begun
-    here), then merged, scored and sized in one native call (`grow_begun_trees`), node
-    for node what `_grow_trees`' Python path builds. Python supplies per tree its chain's
-    (slot, rule), depth and curve, and per agent its rates and one curve per match bucket
-    (scoring only reads them: each is read once a step)."""
+    """`_grow_trees`' rest when `_propose` began every tree's candidates (`_begin_trees`;
+    tree t is request members[t] of the job): the candidates merged, scored and sized in
+    one native call (`grow_begun_trees`), node for node what `_grow_trees`' Python path
+    builds. Python supplies per tree its chain's curve and per agent its rates and one
+    curve per match bucket (scoring only reads them: each is read once a step)."""
     survival = server.lengths.survival
     rates = server.branch_rates
     branch_tokens = server.config.tree_branch_tokens
-    if begun is not None and all(begun[1][i] >= 0 for i in grown):
-        job, job_of = begun
-        members = [job_of[i] for i in grown]
-    else:
-        if begun is not None:
-            begun[0].drop()  # not the trees grown (never so: they are a subset)
-        primary_slots: list[int] = []  # [num_trees]
-        primary_rules: list[ContinuationRule] = []  # [num_trees]
-        for i in grown:
-            slot, rule = calls[i]._tree_primary(calls[i].last_source)  # type: ignore[arg-type]
-            primary_slots.append(slot)
-            primary_rules.append(rule)
-        job = begin_tree_candidates(
-            handles,
-            primary_slots=primary_slots,
-            primary_rules=rule_codes(primary_rules),
-            rules=_TREE_RULE_CODES,
-            min_match=server.min_match_tokens,
-            depths=[tree_depth(b, branch_tokens) for b in budgets],
-            max_occurrences=max_occurrences,
-        )
-        members = list(range(len(grown)))
     chain_ids: list[int] = []  # [num_trees] the index in `curves` of its chain's curve
     agent_of: list[int] = []  # [num_trees] the index of its agent in `tables` / `rows`
     curves: list[list[float]] = []
