@@ -86,6 +86,28 @@ def main() -> None:
     for name, part in older.items():  # what an older checkout's tree step calls them
         if not hasattr(batch_mod, part) and hasattr(batch_mod, name):
             setattr(batch_mod, name, timed(getattr(batch_mod, name), part, ns, calls))
+    # The advance's two halves: the window between advance_batch_begin and its finish()
+    # (the caller's policy work, the helpers moving cursors) and finish() itself (the
+    # cursors left, then the appends).
+    begin = batch_mod.advance_batch_begin
+
+    def advance_begun(*args, **kwargs):
+        finish = begin(*args, **kwargs)
+        t0 = time.perf_counter_ns()
+
+        def finished():
+            t1 = time.perf_counter_ns()
+            ns["advance window"] += t1 - t0
+            try:
+                return finish()
+            finally:
+                ns["advance finish"] += time.perf_counter_ns() - t1
+                calls["advance window"] += 1
+                calls["advance finish"] += 1
+
+        return finished
+
+    batch_mod.advance_batch_begin = advance_begun
     bsb.drafter_mod.step_batch = batch_mod.step_batch  # type: ignore[attr-defined]
     gc_ns: Counter[int] = Counter()
     gc_runs: Counter[int] = Counter()
@@ -116,7 +138,7 @@ def main() -> None:
         f"{r['tokens_per_step']:.3f} tokens/step"
     )
     print(f"{'part':<24} {'µs/request-step':>16} {'calls':>8}")
-    for _, attr in PARTS:
+    for attr in [attr for _, attr in PARTS] + ["advance window", "advance finish"]:
         print(f"{attr:<24} {ns[attr] / 1e3 / steps:>16.2f} {calls[attr]:>8}")
     for gen in range(3):
         print(
