@@ -323,12 +323,58 @@ def test_flat_tries_are_the_tries_tree_after_tree(batch):
     assert flatten_tries(tries) == flat
 
 
+_BEGIN_ARGS = ("primary_slots", "primary_rules", "rules", "min_match", "depths", "max_occurrences")
+
+
+def _begin_args(trees, picked, min_match=1, rules=("recent", "frequent", "first")):
+    """`begin_tree_candidates`' arguments for requests `picked` of a drawn batch (the
+    dict of `grow_batches` and `_begun_batch`)."""
+    from agspec.corpora.corpus_set import native_handles, rule_codes
+
+    return dict(
+        handles=native_handles([trees["sets"][t] for t in picked]),
+        primary_slots=[trees["primary"][t][0] for t in picked],
+        primary_rules=rule_codes([trees["primary"][t][1] for t in picked]),
+        rules=rule_codes(list(rules)),
+        min_match=min_match,
+        depths=[trees["depths"][t] for t in picked],
+        max_occurrences=32,
+    )
+
+
+def _sized_args(trees, picked, curves, rows, tables, prices):
+    """`grow_begun_trees`' keyword arguments for requests `picked` of a drawn batch."""
+    from agspec.policy.survival import BUCKET_OF_MATCH
+
+    return dict(
+        firsts=[trees["firsts"][t] for t in picked],
+        chain_curves=[trees["chains"][t] for t in picked],
+        agent_of=[trees["agents"][t] for t in picked],
+        match_curves=rows,
+        bucket_of_match=BUCKET_OF_MATCH,
+        curves=curves,
+        rate_tables=tables,
+        budgets=[trees["budgets"][t] for t in picked],
+        prices=prices,
+    )
+
+
+def _grow_all(handles, **kwargs):
+    """`begin_tree_candidates`, then `grow_begun_trees` of every request begun (the
+    keyword arguments of either)."""
+    from agspec.policy.tree_size import begin_tree_candidates, grow_begun_trees
+
+    begin = {k: kwargs.pop(k) for k in _BEGIN_ARGS}
+    job = begin_tree_candidates(handles, **begin)
+    return grow_begun_trees(job, list(range(len(begin["depths"]))), **kwargs)
+
+
 @st.composite
 def grow_batches(draw):
-    """A batch step's trees for `grow_trees_at_prices`: requests over two small corpora
-    (their matches differ, so candidates come from both and rank apart), each tree with
-    its chain's (slot, rule), depth, chain, budget and agent, and curves and rates that
-    are probabilities (non-rising curves)."""
+    """A batch step's trees for `begin_tree_candidates` and `grow_begun_trees`: requests
+    over two small corpora (their matches differ, so candidates come from both and rank
+    apart), each tree with its chain's (slot, rule), depth, chain, budget and agent, and
+    curves and rates that are probabilities (non-rising curves)."""
     import random
 
     from agspec.corpora.corpus_set import CorpusSet
@@ -381,18 +427,16 @@ def grow_batches(draw):
 @settings(max_examples=300, deadline=None)
 @given(grow_batches())
 def test_grown_trees_equal_their_parts(batch):
-    # The batched tree step's one native call against the parts it fuses, each with its
+    # The batched tree step's two native calls against the parts they fuse, each with its
     # own reference tests: the candidates listed as `tree_candidates` lists them, copied
     # and merged by continuation_tries_flat, then scored and sized by
     # size_flat_tries_at_prices with each branch's curve by its corpus's match bucket.
     from agspec.corpora.corpus_set import (
         continuation_tries_flat,
         match_lengths_flat,
-        native_handles,
-        rule_codes,
     )
-    from agspec.policy.survival import BUCKET_OF_MATCH, match_bucket
-    from agspec.policy.tree_size import grow_trees_at_prices, size_flat_tries_at_prices
+    from agspec.policy.survival import match_bucket
+    from agspec.policy.tree_size import size_flat_tries_at_prices
 
     trees, min_match, curves, rows, tables, prices = batch
     sets = trees["sets"]
@@ -442,23 +486,10 @@ def test_grown_trees_equal_their_parts(batch):
         if sized
         else ([], [], [], [0], [])
     )
-    got_sized, got = grow_trees_at_prices(
-        native_handles(sets),
-        primary_slots=[s for s, _ in trees["primary"]],
-        primary_rules=rule_codes([r for _, r in trees["primary"]]),
-        rules=rule_codes(rules),
-        min_match=min_match,
-        depths=trees["depths"],
-        firsts=trees["firsts"],
-        max_occurrences=32,
-        chain_curves=trees["chains"],
-        agent_of=trees["agents"],
-        match_curves=rows,
-        bucket_of_match=BUCKET_OF_MATCH,
-        curves=curves,
-        rate_tables=tables,
-        budgets=trees["budgets"],
-        prices=prices,
+    every = range(len(sets))
+    got_sized, got = _grow_all(
+        **_begin_args(trees, every, min_match, rules),
+        **_sized_args(trees, every, curves, rows, tables, prices),
     )
     assert got_sized == sized
     assert got == want
@@ -468,7 +499,7 @@ def test_grow_trees_refuses_inconsistent_input():
     from agspec.corpora.corpus_set import CorpusSet, native_handles, rule_codes
     from agspec.index.token_index import TokenIndex
     from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_BUCKETS
-    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET, grow_trees_at_prices
+    from agspec.policy.tree_size import MAX_SUPPORT_BUCKET
 
     index = TokenIndex()
     index.extend(0, [1, 2, 3, 1, 2, 4, 1, 2, 5])
@@ -490,9 +521,7 @@ def test_grow_trees_refuses_inconsistent_input():
         budgets=[2],
         prices=[0.0, 0.01, 0.02, 0.03, 0.04],
     )
-    sized, (tokens, parents, support, starts, num_chain) = grow_trees_at_prices(
-        native_handles([cs]), **good
-    )
+    sized, (tokens, parents, support, starts, num_chain) = _grow_all(native_handles([cs]), **good)
     # After [1, 2]: 3 (first), 4 and 5 (recent: the chain [5]); frequent ties go to the
     # most recent, the chain's. Two nodes: the chain's 5 (p 0.9), then first's 3, a root
     # child (p (1 - 0.9) * 0.5 = 0.05; 4 is no candidate).
@@ -510,7 +539,7 @@ def test_grow_trees_refuses_inconsistent_input():
     }
     for key, value in bad.items():
         with pytest.raises(ValueError):
-            grow_trees_at_prices(native_handles([cs]), **(good | {key: value}))
+            _grow_all(native_handles([cs]), **(good | {key: value}))
 
 
 def _begun_batch(seed: int, num_requests: int):
@@ -574,105 +603,52 @@ def _begun_batch(seed: int, num_requests: int):
 def test_begun_trees_grown_in_part_equal_those_grown_alone(seed, threads):
     # step_batch(trees=True) begins the candidates of more requests than it grows (their
     # chains are planned meanwhile, and their continuations copied from the same
-    # cursors): the trees grown from a begun job equal those of grow_trees_at_prices over
-    # just those requests, on the helper threads or not.
+    # cursors): the trees grown from a begun job equal those grown from a job of just
+    # those requests, on the helper threads or not.
     import random
 
     from agspec import _native
-    from agspec.corpora.corpus_set import continuation_batch, native_handles, rule_codes
-    from agspec.policy.survival import BUCKET_OF_MATCH
-    from agspec.policy.tree_size import (
-        begin_tree_candidates,
-        grow_begun_trees,
-        grow_trees_at_prices,
-    )
+    from agspec.corpora.corpus_set import continuation_batch
+    from agspec.policy.tree_size import begin_tree_candidates, grow_begun_trees
 
     trees, curves, rows, tables, prices = _begun_batch(seed, 40)
-    rules = rule_codes(["recent", "frequent", "first"])
     n = len(trees["sets"])
     rng = random.Random(seed)
     grown = sorted(rng.sample(range(n), rng.randint(0, n)))
-    per_tree = ("firsts", "chains", "agents", "budgets")
-
-    def sized_args(picked):
-        sel = {k: [trees[k][t] for t in picked] for k in per_tree}
-        return dict(
-            firsts=sel["firsts"],
-            chain_curves=sel["chains"],
-            agent_of=sel["agents"],
-            match_curves=rows,
-            bucket_of_match=BUCKET_OF_MATCH,
-            curves=curves,
-            rate_tables=tables,
-            budgets=sel["budgets"],
-            prices=prices,
-        )
-
     _native.set_batch_threads(threads)
     try:
-        want = grow_trees_at_prices(
-            native_handles([trees["sets"][t] for t in grown]),
-            primary_slots=[trees["primary"][t][0] for t in grown],
-            primary_rules=rule_codes([trees["primary"][t][1] for t in grown]),
-            rules=rules,
-            min_match=1,
-            depths=[trees["depths"][t] for t in grown],
-            max_occurrences=32,
-            **sized_args(grown),
+        want = _grow_all(
+            **_begin_args(trees, grown), **_sized_args(trees, grown, curves, rows, tables, prices)
         )
         chains_before = continuation_batch(trees["sets"], [0] * n, [8] * n)
-        job = begin_tree_candidates(
-            native_handles(trees["sets"]),
-            primary_slots=[s for s, _ in trees["primary"]],
-            primary_rules=rule_codes([r for _, r in trees["primary"]]),
-            rules=rules,
-            min_match=1,
-            depths=trees["depths"],
-            max_occurrences=32,
-        )
+        args = _begin_args(trees, range(n))
+        job = begin_tree_candidates(args.pop("handles"), **args)
         # The chains' copies, from the same cursors, while the helpers copy candidates.
         assert continuation_batch(trees["sets"], [0] * n, [8] * n) == chains_before
-        got = grow_begun_trees(job, grown, **sized_args(grown))
+        got = grow_begun_trees(
+            job, grown, **_sized_args(trees, grown, curves, rows, tables, prices)
+        )
     finally:
         _native.set_batch_threads(0)
     assert got == want
     with pytest.raises(ValueError, match="grown already"):
-        grow_begun_trees(job, grown, **sized_args(grown))
+        grow_begun_trees(job, grown, **_sized_args(trees, grown, curves, rows, tables, prices))
 
 
 def test_grow_begun_trees_refuses_bad_requests():
     from agspec.corpora.corpus_set import native_handles, rule_codes
-    from agspec.policy.survival import BUCKET_OF_MATCH
     from agspec.policy.tree_size import begin_tree_candidates, grow_begun_trees
 
     trees, curves, rows, tables, prices = _begun_batch(7, 20)
     n = len(trees["sets"])
 
     def begin():
-        return begin_tree_candidates(
-            native_handles(trees["sets"]),
-            primary_slots=[s for s, _ in trees["primary"]],
-            primary_rules=rule_codes([r for _, r in trees["primary"]]),
-            rules=rule_codes(["recent", "frequent", "first"]),
-            min_match=1,
-            depths=trees["depths"],
-            max_occurrences=32,
-        )
+        args = _begin_args(trees, range(n))
+        return begin_tree_candidates(args.pop("handles"), **args)
 
-    def grow(job, picked):
-        return grow_begun_trees(
-            job,
-            picked,
-            firsts=[[1]] * len(picked),
-            chain_curves=[0] * len(picked),
-            agent_of=[0] * len(picked),
-            match_curves=rows,
-            bucket_of_match=BUCKET_OF_MATCH,
-            curves=curves,
-            rate_tables=tables,
-            budgets=[4] * len(picked),
-            prices=prices,
-        )
+    def grow(job, picked):  # request 0's data for every tree (picked may be out of range)
+        args = _sized_args(trees, [0] * len(picked), curves, rows, tables, prices)
+        return grow_begun_trees(job, picked, **args)
 
     for picked in ([0, 0], [n], [-1]):  # a request twice, out of range
         with pytest.raises(ValueError, match="distinct requests"):

@@ -54,7 +54,6 @@ __all__ = [
     "begin_tree_candidates",
     "flatten_tries",
     "grow_begun_trees",
-    "grow_trees_at_prices",
     "merge_branches",
     "merge_candidates",
     "node_probabilities",
@@ -477,9 +476,13 @@ def begin_tree_candidates(
     depths: Sequence[int],
     max_occurrences: int,
 ) -> _native.TreeCandidates:
-    """The first half of `grow_trees_at_prices`, for a caller with other work meanwhile
-    (a batch step's chains, planned while the helper threads copy the candidates): every
-    request's candidates listed and handed to the helpers. Request t reads the native
+    """A batch step's trees from their chains, first half (the second is
+    `grow_begun_trees`): what `agspec.drafter.batch._grow_trees` does with
+    `tree_candidates`, `continuation_tries_flat` and `size_flat_tries_at_prices`, node for
+    node (tests/drafter check the two paths against each other), in two native calls for
+    a caller with other work meanwhile (a batch step's chains, planned while the helper
+    threads copy the candidates): every request's candidates listed and handed to the
+    helpers. Request t reads the native
     cursor set sets[t]; its candidates are every (corpus slot, rule of `rules`) whose match
     is at least `min_match`, except (primary_slots[t], primary_rules[t]), its chain's,
     copied depths[t] tokens deep. Until `grow_begun_trees` or the job's `drop()` the sets'
@@ -527,52 +530,3 @@ def grow_begun_trees(
         prices,
     )
     return sized, tuple(kept)  # type: ignore[return-value]
-
-
-def grow_trees_at_prices(
-    sets: Sequence[_native.CursorSet],
-    *,
-    primary_slots: Sequence[int],
-    primary_rules: Sequence[_native.ContinuationRule],
-    rules: Sequence[_native.ContinuationRule],
-    min_match: int,
-    depths: Sequence[int],
-    firsts: Sequence[list[int]],
-    max_occurrences: int,
-    chain_curves: Sequence[int],
-    agent_of: Sequence[int],
-    match_curves: Sequence[Sequence[int]],
-    bucket_of_match: Sequence[int],
-    curves: Sequence[Sequence[float]],
-    rate_tables: Sequence[Sequence[float]],
-    budgets: Sequence[int],
-    prices: Sequence[float],
-) -> tuple[list[int], KeptTrees]:
-    """A batch step's trees from their chains: what `agspec.drafter.batch._grow_trees`
-    does with `tree_candidates`, `continuation_tries_flat` and
-    `size_flat_tries_at_prices`, node for node (tests/drafter check the two paths against
-    each other), as `begin_tree_candidates` then `grow_begun_trees` of every request
-    (tree t of sets[t], the arguments as theirs). Returns the trees sized (t) and their
-    kept trees. Inconsistent input is a ValueError."""
-    job = begin_tree_candidates(
-        sets,
-        primary_slots=primary_slots,
-        primary_rules=primary_rules,
-        rules=rules,
-        min_match=min_match,
-        depths=depths,
-        max_occurrences=max_occurrences,
-    )
-    return grow_begun_trees(
-        job,
-        list(range(len(depths))),
-        firsts=firsts,
-        chain_curves=chain_curves,
-        agent_of=agent_of,
-        match_curves=match_curves,
-        bucket_of_match=bucket_of_match,
-        curves=curves,
-        rate_tables=rate_tables,
-        budgets=budgets,
-        prices=prices,
-    )
