@@ -17,6 +17,9 @@ tokens per step (their drafts differ).
     python benchmarks/ab_step_batch.py --other ../base --other-native --rounds 5 \
         --trees --tree-batch --other-tree-batch   # both trees' step_batch(trees=True)
 
+--cost-model prices both with another profile (default the H200 roofline of a 32B model;
+a measured CPU profile, where trees do not pay, shows what trees cost when none is drafted).
+
 With --tree-batch this tree steps its trees in `step_batch(..., trees=True)` (every
 accept, then every tree) and the other accept + propose_tree per request, so their
 tokens per step may differ a little (printed, not checked).
@@ -154,6 +157,12 @@ def main() -> None:
     ap.add_argument("--global-tokens", type=int, default=10_000_000)
     ap.add_argument("--max-draft", type=int, default=16)
     ap.add_argument(
+        "--cost-model",
+        default="h200-qwen2.5-32b",
+        help="the cost model both servers price drafts with (a measured CPU profile, such "
+        "as epyc2t-llamacpp-qwen2.5-coder-0.5b-measured, prices trees out)",
+    )
+    ap.add_argument(
         "--trees",
         action="store_true",
         help="time accept + propose_tree per request (token trees) instead of step_batch",
@@ -184,7 +193,7 @@ def main() -> None:
     tok = get_tokenizer("qwen2.5")
     sessions, rest = bsb.load_sessions(args.source, tok, args.sessions)
     docs = global_docs(rest, tok, max_tokens=args.global_tokens)
-    cost = "h200-qwen2.5-32b"
+    cost = args.cost_model
     with tempfile.TemporaryDirectory(prefix="agspec-ab-") as tmp:
         other = import_other(args.other.resolve(), Path(tmp), args.other_native)
         trees = {

@@ -169,15 +169,20 @@ def test_batched_trees_equal_call_by_call_on_hand_built_sessions(num_requests, p
     assert branched >= 5, f"only {branched} of {steps} steps drafted a tree"
 
 
+@pytest.mark.parametrize("path", ["late", "reference"])
 @pytest.mark.parametrize("num_requests, priced_at", [(8, 8), (64, 64)])
-def test_batched_trees_reference_path_equals_call_by_call(num_requests, priced_at, monkeypatch):
-    # The batch step's Python path at the batch prices, which it takes where the
-    # candidates cannot be begun natively (a corpus of another engine, calls of several
-    # max_occurrences): forced here by beginning nothing.
+def test_batched_trees_other_paths_equal_call_by_call(num_requests, priced_at, path, monkeypatch):
+    # The batch step's other paths at the batch prices: candidates begun only once the
+    # trees are known ("late": what a step after one that grew no tree does), and the
+    # Python path ("reference": a corpus of another engine, calls of several
+    # max_occurrences), each forced here.
     from agspec.drafter import batch
 
-    begun = []
-    monkeypatch.setattr(batch, "_begin_trees", lambda *args: begun.append(1))
+    calls = []
+    if path == "late":
+        monkeypatch.setattr(batch, "_begin_trees", lambda *args: calls.append(1))
+    else:
+        monkeypatch.setattr(batch, "_begin_candidates", lambda *args: calls.append(1))
     config = replace(VARIANTS["agspec"], use_global=False, use_history=False)
 
     def make_server() -> AgSpecServer:
@@ -187,7 +192,7 @@ def test_batched_trees_reference_path_equals_call_by_call(num_requests, priced_a
 
     sessions = _hand_sessions(8, num_requests + num_requests // 2)
     steps, branched = _lockstep(make_server, sessions, num_requests, 16)
-    assert begun and branched >= 5, f"only {branched} of {steps} steps drafted a tree"
+    assert calls and branched >= 5, f"only {branched} of {steps} steps drafted a tree"
 
 
 _dev: dict[str, Any] = {}

@@ -270,6 +270,7 @@ def _grow_trees(
                 grown.append(i)
                 chain_curves.append(curve)
                 budgets.append(budget)
+    server.trees_grew = bool(grown)
     if not grown:
         return [DraftTree.chain(chain) for chain in chains]
     tree_sets = [sets[i] for i in grown]  # one per tree: its request's
@@ -278,7 +279,21 @@ def _grow_trees(
         members = [job_of[i] for i in grown]
         if -1 not in members:  # every tree's candidates begun: the rest in one native call
             return _grow_native(server, calls, chains, grown, chain_curves, budgets, job, members)
-        job.drop()  # never so (the trees grown are among those begun): the reference path
+        job.drop()  # never so (the trees grown are among those begun)
+    if server.batch_cost_mode:
+        # Not begun (the last step grew no tree): begun now, grown at once.
+        slots = [calls[i]._tree_primary(calls[i].last_source)[0] for i in grown]  # type: ignore[arg-type]
+        late = _begin_candidates(
+            server, [calls[i] for i in grown], tree_sets, slots, [caps[i] for i in grown]
+        )
+        if late is not None:
+            every = list(range(len(grown)))
+            try:
+                return _grow_native(
+                    server, calls, chains, grown, chain_curves, budgets, late, every
+                )
+            finally:
+                late.drop()  # grown or not: the indexes are left
     occurrences = {calls[i].max_occurrences for i in grown}
     lengths = match_lengths_flat(tree_sets)  # every tree's corpora's matches, tree after tree
     # Every tree's candidate branches, flat, tree t's from slot_at[t], each depths[t]
@@ -511,55 +526,73 @@ def _begin_trees(
     sets: list[CorpusSet],
     slots: list[int],
     caps: list[int],
+    wants: list[int],
     begun: list[_Begun],
 ) -> None:
-    """The candidates of every tree the step may grow (`_grow_native`'s), handed to the
-    helper threads to copy while `_propose` plans and copies the chains: the picked
-    requests (picked[j], its call, set, slot and cap at j) whose budget may hold a tree.
-    Their chains are not drafted yet, so this is a superset of the trees grown
-    (`tree_curve`); those left out are dropped. Only where `_grow_trees` takes the native
-    path: the cost rule prices the batch and one max_occurrences for all."""
-    top = server.tree_max_nodes
-    if not server.batch_cost_mode or top < 2:
+    """The candidates of every tree the step may grow, handed to the helper threads to
+    copy while `_propose` copies the chains: the picked requests (picked[j], its call,
+    set, slot, cap and planned length at j) whose budget may hold a tree and whose chain
+    is planned. Their chains are not copied yet, so this is a superset of the trees grown
+    (`tree_curve`); those left out are dropped. Only when the last tree step grew a tree
+    (`AgSpecServer.trees_grew`), the cost rule prices the batch, every corpus is native
+    and the calls share one max_occurrences (`_begin_candidates`)."""
+    if not server.trees_grew or not server.batch_cost_mode or server.tree_max_nodes < 2:
         return
-    # A budget of one node is the chain (`tree_curve`).
-    members = [j for j, k in enumerate(caps) if k >= 2]  # j
+    # A budget of one node is the chain, and no chain no tree (`tree_curve`).
+    members = [j for j, (k, want) in enumerate(zip(caps, wants)) if k >= 2 and want]  # j
     if not members:
         return
-    occurrences = calls[members[0]].max_occurrences
-    for j in members:
-        if calls[j].max_occurrences != occurrences:
-            return
-    tree_sets = [sets[j] for j in members]
-    handles = native_handles(tree_sets)
+    job = _begin_candidates(
+        server,
+        [calls[j] for j in members],
+        [sets[j] for j in members],
+        [slots[j] for j in members],
+        [caps[j] for j in members],
+    )
+    if job is not None:
+        job_of = [-1] * (picked[-1] + 1)
+        for t, j in enumerate(members):
+            job_of[picked[j]] = t
+        begun.append((job, job_of))
+
+
+def _begin_candidates(
+    server: AgSpecServer,
+    calls: list[AgSpecCall],
+    sets: list[CorpusSet],
+    slots: list[int],
+    caps: list[int],
+) -> _native.TreeCandidates | None:
+    """`begin_tree_candidates` of these requests (each its call, set, chain's slot and
+    cap), with the policy's data: the rules, each chain's (slot, rule) and each tree's
+    depth. None unless every corpus is native and the calls share one max_occurrences."""
+    occurrences = calls[0].max_occurrences
+    for call in calls:
+        if call.max_occurrences != occurrences:
+            return None
+    handles = native_handles(sets)
     if handles is None:
-        return
+        return None
     # A chain's (slot, rule) is its request's pick and that corpus's rule
     # (`AgSpecCall._tree_primary`).
-    primary_slots = [slots[j] for j in members]
-    primary_rules = [cs._codes[slot] for cs, slot in zip(tree_sets, primary_slots)]
+    top = server.tree_max_nodes
     branch_tokens = server.config.tree_branch_tokens
     depth_of: dict[int, int] = {}  # cap -> depth
     depths: list[int] = []
-    for j in members:
-        k = caps[j]
+    for k in caps:
         depth = depth_of.get(k)
         if depth is None:
             depth = depth_of[k] = tree_depth(k if k < top else top, branch_tokens)
         depths.append(depth)
-    job = begin_tree_candidates(
+    return begin_tree_candidates(
         handles,
-        primary_slots=primary_slots,
-        primary_rules=primary_rules,
+        primary_slots=slots,
+        primary_rules=[cs._codes[slot] for cs, slot in zip(sets, slots)],
         rules=_TREE_RULE_CODES,
         min_match=server.min_match_tokens,
         depths=depths,
         max_occurrences=occurrences,
     )
-    job_of = [-1] * (picked[-1] + 1)
-    for t, j in enumerate(members):
-        job_of[picked[j]] = t
-    begun.append((job, job_of))
 
 
 def _propose(
@@ -572,8 +605,8 @@ def _propose(
     """`AgSpecCall.plan` and `take_draft` for the calls of one server, the policy asked once
     (every match read in one call first; each call's last draft was reset by the accept
     half of the step). With `begun` (a step of trees), the candidates of every tree the
-    step may grow are handed to the helper threads once the matches are read, and the job
-    goes into `begun` (`_begin_trees`)."""
+    step may grow are handed to the helper threads once the chains are planned, and the
+    job goes into `begun` (`_begin_trees`)."""
     n = len(calls)
     # Each request's source pick and its match, long enough to draft from (slot -1: none).
     picks = match_picks_flat(sets, server.min_match_tokens)
@@ -596,8 +629,6 @@ def _propose(
         matches = [all_matches[i] for i in picked]
         available = [caps[i] for i in picked]
     native = all(cs.is_native for cs in picked_sets)
-    if begun is not None and native:
-        _begin_trees(server, picked, picked_calls, picked_sets, slots, available, begun)
     policy = server.lengths
     cost_mode, capped_mode = server.cost_mode, server.capped_mode
     tables: list[list[int]] = []
@@ -619,6 +650,8 @@ def _propose(
         )
     if not any(wants):
         return drafts
+    if begun is not None and native:
+        _begin_trees(server, picked, picked_calls, picked_sets, slots, available, wants, begun)
     occurrences = picked_calls[0].max_occurrences
     if native and all(call.max_occurrences == occurrences for call in picked_calls):
         # A length of 0 copies nothing.

@@ -117,6 +117,10 @@ class AgSpecServer:
         # and the alternatives' learned rates.
         self.tree_max_nodes = cfg.tree_max_nodes if self.cost_mode else 1
         self.branch_rates = BranchRates()
+        # Whether the last batched tree step grew a tree: only then does the next begin
+        # copying its candidates while it plans the chains (`agspec.drafter.batch`), so
+        # that a profile where trees do not pay copies nothing ahead.
+        self.trees_grew = True
         self._tree_costs_at: dict[int, list[float]] = {}
         self.tree_step_costs: list[float] = (
             self._tree_costs(batch_size) if self.tree_max_nodes > 1 else []
