@@ -674,3 +674,79 @@ def test_grow_begun_trees_refuses_bad_requests():
             max_occurrences=32,
         )
     assert grow(begin(), []) == ([], ([], [], [], [0], []))
+
+
+def test_a_step_that_raises_between_its_halves_leaves_the_indexes(monkeypatch):
+    # An error after the candidates were begun (here: in the bound, while the helpers
+    # may still copy) drops them: the step raises it, every session's index takes a
+    # writer at once (no read left held), and the next step drafts trees as usual.
+    from agspec import _native
+    from agspec.drafter import batch
+    from agspec.drafter.call import AgSpecCall
+
+    config = replace(VARIANTS["agspec"], use_global=False, use_history=False)
+    server = AgSpecServer(
+        tokenizer=CharTokenizer(), config=config, cost_model=Flat(), batch_size=32
+    )
+    # 24 requests (distinct sets, enough for the helper threads) whose prompts and
+    # outputs are lines of one pool: every step drafts, and lines that recur with other
+    # continuations make trees.
+    rng = random.Random(9)
+    pool = [[rng.randrange(1, 300) for _ in range(rng.randrange(4, 10))] for _ in range(12)]
+    sessions = []
+    for s in range(24):
+        prompt = [t for _ in range(40) for t in rng.choice(pool)]
+        out = [t for _ in range(60) for t in rng.choice(pool)]
+        sessions.append((f"raise/{s}", [Call("coder", "code", 0, prompt, out)]))
+    drafters = [_begin(server, sid, calls[0]) for sid, calls in sessions]
+    outputs = [calls[0].output for _, calls in sessions]
+    positions = [0] * len(sessions)
+    committed: list[list[int] | None] = [None] * len(sessions)
+    begun: list[int] = []  # how many requests the step began
+
+    def step() -> list[DraftTree]:
+        begun.clear()
+        trees = step_batch(drafters, committed, 16, trees=True)
+        for i, tree in enumerate(trees):  # greedy through the tree, as the model would
+            _, commit, _ = tree_commit(tree, outputs[i], positions[i])
+            positions[i] += len(commit)
+            committed[i] = list(commit)
+        return trees
+
+    begin = batch.begin_tree_candidates
+    monkeypatch.setattr(
+        batch, "begin_tree_candidates", lambda *a, **k: begun.append(len(a[0])) or begin(*a, **k)
+    )
+    bound = AgSpecCall.tree_curve
+
+    def broken(self, chain, budget):
+        if begun and begun[0] >= 16:  # begun on the helper threads: fail between halves
+            raise RuntimeError("bound failed")
+        return bound(self, chain, budget)
+
+    monkeypatch.setattr(AgSpecCall, "tree_curve", broken)
+    _native.set_batch_threads(2)
+    try:
+        error = None
+        for _ in range(20):
+            try:
+                step()
+            except RuntimeError as exc:
+                error = exc  # held, with its traceback (the step's frames)
+                break
+        assert error is not None and "bound failed" in str(error), begun
+        monkeypatch.setattr(AgSpecCall, "tree_curve", bound)
+        # A writer gets in while the error (its traceback, the step's frames) is still
+        # held, as by an engine that logs it: nothing holds the index.
+        for sid, _ in sessions:
+            index = server.session(sid).session_corpus.index
+            index.extend(10_000, [1, 2, 3])
+            index.remove(10_000)
+        del error
+        # The calls accepted the step's tokens before the error: the next step goes on.
+        assert all(p + 3 < len(o) for p, o in zip(positions, outputs))
+        committed = [[outputs[i][positions[i]]] for i in range(len(sessions))]
+        positions = [p + 1 for p in positions]
+        assert any(not t.is_chain for t in step() + step())
+    finally:
+        _native.set_batch_threads(0)
