@@ -89,12 +89,11 @@ def step_batch(
 
     With `trees=True` the step proposes token trees (an engine that verifies trees):
     `drafts[i]` is the `DraftTree` that `propose_tree(max_tokens[i])` returns after the
-    accept half, node for node; the chains are planned and copied as above, then the
-    matches of the requests whose tree may pay are read in one more native call, and
-    their candidate branches copied and merged into one trie each in another
-    (`continuation_tries`); each trie is scored and sized in its call
-    (`AgSpecCall.take_tree`). `committed[i]` then follows a root path of the last tree,
-    plus one token.
+    accept half, node for node; the chains are planned as above, then (every corpus
+    native, the cost rule pricing the batch) the candidates of the trees that may pay are
+    copied on the helper threads while the chains are copied, and merged, scored and
+    sized in one more native call (docs/trees.md). `committed[i]` then follows a root
+    path of the last tree, plus one token.
 
     >>> # drafts = step_batch([c1, c2], [[5], [7, 8]], 16)
     >>> # trees = step_batch([c1, c2], [[5], [7, 4, 2]], 16, trees=True)
@@ -213,7 +212,7 @@ def step_batch(
         return _propose_each(calls, sets, match_lengths_batch(sets), caps)
     if not trees:
         return _propose(shared, calls, sets, caps)
-    begun: list[_Begun] = []  # the trees' candidates, copied while the chains are planned
+    begun: list[_Begun] = []  # the trees' candidates, copied while the chains are copied
     try:
         chains = _propose(shared, calls, sets, caps, begun)
         return _grow_trees(shared, calls, sets, caps, chains, begun[0] if begun else None)
