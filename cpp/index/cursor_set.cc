@@ -499,15 +499,18 @@ void ContinuationGroupsRun::start(const int64_t* counts, const int64_t* slots,
                                   const int64_t* max_tokens, const ContinuationRule* rules,
                                   size_t max_occurrences, std::vector<Token>* out) {
   if (started_ || finished_) throw ArgumentError("ContinuationGroupsRun: started twice");
+  start_.assign(n_ + 1, 0);
+  for (size_t g = 0; g < n_; ++g) {
+    if (counts[g] < 0) throw ArgumentError("ContinuationGroupsRun: a negative count");
+    start_[g + 1] = start_[g] + size_t(counts[g]);
+  }
+  skip_ = std::make_unique<std::atomic<bool>[]>(n_);
   started_ = true;
   slots_ = slots;
   max_tokens_ = max_tokens;
   rules_ = rules;
   max_occurrences_ = max_occurrences;
   out_ = out;
-  start_.assign(n_ + 1, 0);
-  for (size_t g = 0; g < n_; ++g) start_[g + 1] = start_[g] + size_t(counts[g]);
-  skip_ = std::make_unique<std::atomic<bool>[]>(n_);
   errors_.resize(n_);
   if (!parallel_) return;  // finish() copies
   run_.start(num_set_tasks(n_), set_task(n_, errors_.data(), [this](size_t g) { group(g); }));

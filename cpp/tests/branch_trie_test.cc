@@ -239,6 +239,16 @@ void tries_scenario() {
     fail("continuation_tries: a miscount was not refused");
   } catch (const agspec::ArgumentError&) {
   }
+  // A negative count is refused before anything is handed out.
+  {
+    const int64_t negative[1] = {-1};
+    agspec::ContinuationGroupsRun run(sets.data(), 1);
+    try {
+      run.start(negative, slots.data(), max_tokens.data(), rules.data(), 16, nullptr);
+      fail("ContinuationGroupsRun: a negative count was not refused");
+    } catch (const agspec::ArgumentError&) {
+    }
+  }
   agspec::set_batch_threads(0);
 }
 
