@@ -140,6 +140,14 @@ class CorpusSet:
     def __len__(self) -> int:
         return len(self.names)
 
+    def rule(self, slot: int) -> ContinuationRule:
+        """The continuation rule corpus `slot` copies by (its entry's)."""
+        return self._rules[slot]
+
+    def rule_code(self, slot: int) -> _native.ContinuationRule:
+        """The native code of that rule (`rule_codes`)."""
+        return self._codes[slot]
+
     def match_lengths(self) -> list[int]:
         """Every corpus's current match length, in entry order."""
         if self._native is not None:

@@ -586,7 +586,7 @@ def _begin_candidates(
     return begin_tree_candidates(
         handles,
         primary_slots=slots,
-        primary_rules=[cs._codes[slot] for cs, slot in zip(sets, slots)],
+        primary_rules=[cs.rule_code(slot) for cs, slot in zip(sets, slots)],
         rules=_TREE_RULE_CODES,
         min_match=server.min_match_tokens,
         depths=depths,

@@ -378,7 +378,7 @@ class AgSpecCall:
             corpora = self._corpora
             assert corpora is not None
             slot = corpora.names.index(source)
-            got = self._primaries[source] = (slot, corpora._rules[slot])
+            got = self._primaries[source] = (slot, corpora.rule(slot))
         return got
 
     def _candidate_rules(self, source: Source) -> list[tuple[ContinuationRule, ...]]:
@@ -387,7 +387,7 @@ class AgSpecCall:
         corpora = self._corpora
         assert corpora is not None
         primary = corpora.names.index(source)
-        primary_rule = corpora._rules[primary]
+        primary_rule = corpora.rule(primary)
         return [
             tuple(r for r in TREE_RULES if not (s == primary and r == primary_rule))
             for s in range(len(corpora.names))
