@@ -10,9 +10,6 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
-#include <exception>
-
 #include "branch_trie.h"
 #include "cursor_set.h"
 #include "match_cursor.h"
@@ -235,8 +232,9 @@ grow_begun_trees(TreeJob& job, const std::vector<int64_t>& trees,
                  const std::vector<std::vector<double>>& curves,
                  const std::vector<std::vector<double>>& rate_tables,
                  const std::vector<int64_t>& budgets, const std::vector<double>& prices) {
-  if (job.grown)
-    throw agspec::ArgumentError("grow_begun_trees: these candidates were grown already");
+  if (job.grown) {
+    throw agspec::ArgumentError("grow_begun_trees: these candidates were grown or dropped already");
+  }
   job.grown = true;
   const size_t num_begun = job.ptrs.size(), num_trees = trees.size();
   std::vector<char> wanted(num_begun, 0);
@@ -265,24 +263,8 @@ grow_begun_trees(TreeJob& job, const std::vector<int64_t>& trees,
   job.run->finish(wanted.data());
   const std::vector<int64_t>& starts = job.starts;
   std::vector<agspec::BranchTrie> tries(num_trees);
-  // Merged on the helpers, a few trees a task (tasks must not throw: each keeps its error).
-  constexpr size_t kTreesPerTask = 4;
-  std::vector<std::exception_ptr> errors((num_trees + kTreesPerTask - 1) / kTreesPerTask);
-  agspec::run_tasks(errors.size(), [&](size_t task) {
-    try {
-      for (size_t j = task * kTreesPerTask; j < std::min(num_trees, (task + 1) * kTreesPerTask);
-           ++j) {
-        const size_t t = size_t(trees[j]);
-        tries[j] = agspec::merge_branches(firsts[j], job.conts.data() + starts[t],
-                                          job.ranks.data() + starts[t], size_t(job.counts[t]));
-      }
-    } catch (...) {
-      errors[task] = std::current_exception();
-    }
-  });
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  agspec::merge_groups(firsts.data(), trees.data(), num_trees, job.conts.data(), job.ranks.data(),
+                       starts.data(), job.counts.data(), tries.data());
   // The trees whose candidates add a branch, and their branches' curves.
   std::vector<int64_t> sized, branch_starts{0}, branch_curves, rate_of, sized_budgets;
   const size_t last_match = bucket_of_match.size() - 1;

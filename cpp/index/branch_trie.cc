@@ -1,10 +1,12 @@
 #include "branch_trie.h"
 
 #include <algorithm>
+#include <exception>
 #include <numeric>
 #include <string>
 
 #include "token_index.h"
+#include "workers.h"
 
 namespace agspec {
 
@@ -136,6 +138,29 @@ void continuation_tries(CursorSet* const* sets, const int64_t* slots, const int6
                         out[t] = merge_branches(firsts[t], conts.data() + start[t],
                                                 ranks + start[t], size_t(counts[t]));
                       });
+}
+
+void merge_groups(const std::vector<Token>* firsts, const int64_t* groups, size_t num_trees,
+                  const std::vector<Token>* candidates, const int64_t* ranks, const int64_t* starts,
+                  const int64_t* counts, BranchTrie* out) {
+  // A few trees a task (tasks must not throw: each keeps its error).
+  constexpr size_t kTreesPerTask = 4;
+  std::vector<std::exception_ptr> errors((num_trees + kTreesPerTask - 1) / kTreesPerTask);
+  run_tasks(errors.size(), [&](size_t task) {
+    try {
+      const size_t end = std::min(num_trees, (task + 1) * kTreesPerTask);
+      for (size_t j = task * kTreesPerTask; j < end; ++j) {
+        const size_t g = size_t(groups[j]);
+        out[j] =
+            merge_branches(firsts[j], candidates + starts[g], ranks + starts[g], size_t(counts[g]));
+      }
+    } catch (...) {
+      errors[task] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 }  // namespace agspec

@@ -45,4 +45,12 @@ void continuation_tries(CursorSet* const* sets, const int64_t* slots, const int6
                         const int64_t* ranks, const int64_t* counts,
                         const std::vector<Token>* firsts, size_t num_trees, BranchTrie* out);
 
+// merge_branches of num_trees trees whose candidates were copied already (a batch step's,
+// by ContinuationGroupsRun): out[j] is firsts[j] merged with the groups[j]-th group of
+// candidates, counts[g] of them from starts[g] in candidates (ranks alike). On the helper
+// threads (workers.h) from a few trees on; the first error, in tree order, is raised.
+void merge_groups(const std::vector<Token>* firsts, const int64_t* groups, size_t num_trees,
+                  const std::vector<Token>* candidates, const int64_t* ranks, const int64_t* starts,
+                  const int64_t* counts, BranchTrie* out);
+
 }  // namespace agspec

@@ -192,14 +192,31 @@ void tries_scenario() {
                                  conts.data());  // the reference, after the run
       if (again != conts) fail("continuation_batch during a run, step " + std::to_string(step));
       size_t from = 0;
+      std::vector<int64_t> starts, picked;
+      std::vector<std::vector<Token>> picked_firsts;
       for (size_t t = 0; t < kTrees; ++t) {
+        starts.push_back(int64_t(from));
         for (size_t j = from; j < from + size_t(counts[t]); ++j) {
           if (wanted[t] && begun[j] != conts[j]) {
             fail("ContinuationGroupsRun, step " + std::to_string(step) + " tree " +
                  std::to_string(t));
           }
         }
+        if (wanted[t]) {
+          picked.push_back(int64_t(t));
+          picked_firsts.push_back(firsts[t]);
+        }
         from += size_t(counts[t]);
+      }
+      // The wanted groups merged on the helpers, each as merge_branches merges it.
+      std::vector<BranchTrie> merged(picked.size());
+      agspec::merge_groups(picked_firsts.data(), picked.data(), picked.size(), begun.data(),
+                           ranks.data(), starts.data(), counts.data(), merged.data());
+      for (size_t j = 0; j < picked.size(); ++j) {
+        const size_t t = size_t(picked[j]);
+        const BranchTrie want = agspec::merge_branches(firsts[t], conts.data() + starts[t],
+                                                       ranks.data() + starts[t], size_t(counts[t]));
+        if (!same(merged[j], want)) fail("merge_groups, step " + std::to_string(step));
       }
       agspec::set_batch_threads(1);
     }

@@ -636,7 +636,7 @@ def test_begun_trees_grown_in_part_equal_those_grown_alone(seed, threads):
     finally:
         _native.set_batch_threads(0)
     assert got == want
-    with pytest.raises(ValueError, match="grown already"):
+    with pytest.raises(ValueError, match="grown or dropped already"):
         grow_begun_trees(job, grown, **_sized_args(trees, grown, curves, rows, tables, prices))
 
 
@@ -661,7 +661,7 @@ def test_grow_begun_trees_refuses_bad_requests():
     job = begin()
     job.drop()
     job.drop()  # dropping twice is no error
-    with pytest.raises(ValueError, match="grown already"):
+    with pytest.raises(ValueError, match="grown or dropped already"):
         grow(job, [0])
     with pytest.raises(ValueError, match="one primary slot"):
         begin_tree_candidates(

@@ -482,12 +482,12 @@ def begin_tree_candidates(
     node (tests/drafter check the two paths against each other), in two native calls for
     a caller with other work meanwhile (a batch step's chains, planned while the helper
     threads copy the candidates): every request's candidates listed and handed to the
-    helpers. Request t reads the native
-    cursor set sets[t]; its candidates are every (corpus slot, rule of `rules`) whose match
-    is at least `min_match`, except (primary_slots[t], primary_rules[t]), its chain's,
-    copied depths[t] tokens deep. Until `grow_begun_trees` or the job's `drop()` the sets'
-    indexes stay entered for reading and nothing may move the sets; their continuations
-    may be copied. Inconsistent input is a ValueError."""
+    helpers. Request t reads the native cursor set sets[t]; its candidates are every
+    (corpus slot, rule of `rules`) whose match is at least `min_match`, except
+    (primary_slots[t], primary_rules[t]), its chain's, copied depths[t] tokens deep.
+    Until `grow_begun_trees` or the job's `drop()` the sets' indexes stay entered for
+    reading and nothing may move the sets; their continuations may be copied.
+    Inconsistent input is a ValueError."""
     return _native.tree_candidates_begin(
         list(sets), primary_slots, primary_rules, rules, min_match, depths, max_occurrences
     )
