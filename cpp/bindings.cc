@@ -451,7 +451,14 @@ NB_MODULE(_native, m) {
       .value("frequent", agspec::ContinuationRule::kFrequent)
       .value("first", agspec::ContinuationRule::kFirst)
       .value("recent", agspec::ContinuationRule::kRecent)
-      .value("vote", agspec::ContinuationRule::kVote);
+      .value("vote", agspec::ContinuationRule::kVote)
+      .value("recent2", agspec::ContinuationRule::kRecent2)
+      .value("recent3", agspec::ContinuationRule::kRecent3)
+      .value("recent4", agspec::ContinuationRule::kRecent4)
+      .value("recent5", agspec::ContinuationRule::kRecent5)
+      .value("recent6", agspec::ContinuationRule::kRecent6)
+      .value("recent7", agspec::ContinuationRule::kRecent7)
+      .value("recent8", agspec::ContinuationRule::kRecent8);
 
   nb::class_<MatchCursor>(m, "MatchCursor")
       .def(

@@ -262,8 +262,13 @@ std::vector<Token> MatchCursor::continue_from(const TokenIndex& index, size_t ma
       return vote(*idx, max_tokens, max_occurrences);
     case ContinuationRule::kFrequent:
       break;
-    default:
-      throw ArgumentError("unknown continuation rule");
+    default: {
+      const size_t k = recent_rank(rule);
+      if (k == 0) throw ArgumentError("unknown continuation rule");
+      const auto positions = idx->recent_positions(state_, k);
+      if (positions.size() < k) return {};
+      return idx->tokens_after(positions[k - 1], max_tokens);
+    }
   }
   if (idx->frozen()) {
     // Built before the index was marked frozen (freeze, load).

@@ -55,7 +55,24 @@ enum class ContinuationRule : int32_t {
   // Token by token, the majority next token among the occurrences that agree with the
   // draft so far (ties: most recent), while at least a tenth of them back it.
   kVote = 3,
+  // The k-th most recent occurrence, k = 2 .. 8 (nothing when the match has fewer): the
+  // token tree's other candidates (docs/trees.md). kRecent is k = 1.
+  kRecent2 = 4,
+  kRecent3 = 5,
+  kRecent4 = 6,
+  kRecent5 = 7,
+  kRecent6 = 8,
+  kRecent7 = 9,
+  kRecent8 = 10,
 };
+
+// k for the rules kRecent2 .. kRecent8 (2 .. 8), else 0.
+inline size_t recent_rank(ContinuationRule rule) {
+  const auto code = static_cast<int32_t>(rule);
+  constexpr auto lo = static_cast<int32_t>(ContinuationRule::kRecent2);
+  constexpr auto hi = static_cast<int32_t>(ContinuationRule::kRecent8);
+  return code >= lo && code <= hi ? size_t(code - lo + 2) : 0;
+}
 
 // Raises ArgumentError unless every token id is >= 0 (extend's and a cursor's check).
 void check_tokens(const Token* tokens, size_t n);

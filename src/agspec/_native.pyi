@@ -70,6 +70,20 @@ class ContinuationRule(enum.Enum):
 
     vote = 3
 
+    recent2 = 4
+
+    recent3 = 5
+
+    recent4 = 6
+
+    recent5 = 7
+
+    recent6 = 8
+
+    recent7 = 9
+
+    recent8 = 10
+
 class MatchCursor:
     def extend(self, tokens: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
 

@@ -138,15 +138,49 @@ def test_tree_adds_the_other_occurrence_after_the_chain():
     assert tree.parents == [-1, 0, 1, 2, 0, 4, 5, 6]
     assert tree.first_branch() == toks("742q")
     # The model writes 7 8 then '!': the second branch wins. At 7 the first child (4) was
-    # wrong and the alternative (8, support 1) right: one success for the rate at support
-    # 1 (prior 0.2 at weight 4: 0.8 of 4, now 1.8 of 5); at 8 no alternative was tried.
+    # wrong and the alternative (8) right. Its support is 2: the first occurrence is also
+    # the second most recent ("first" and "recent2" copy the same 8 9 x y). One success
+    # for the rate at support 2 (prior 0.2 at weight 4: 0.8 of 4, now 1.8 of 5); at 8 no
+    # alternative was tried.
     call.accept(toks("78!"))
-    assert server.branch_rates._counts == {("coder", 1): [5.0, 1.8]}
+    assert server.branch_rates._counts == {("coder", 2): [5.0, 1.8]}
     # The chain (742q) is what the acceptance curve learns from: 1 of 4 accepted.
     at_risk, survived = server.lengths.survival._counts[("coder", 2)]
     prior = server.lengths.survival._prior(2)
     assert [a - b for a, b in zip(at_risk[:5], prior[0][:5])] == [1, 1, 0, 0, 0]
     assert [a - b for a, b in zip(survived[:5], prior[1][:5])] == [1, 0, 0, 0, 0]
+
+
+def _three_occurrences(config=TREES):
+    """A session with `56AB`, `56CD` and `56EF` in that order: after `56` the chain copies
+    the most recent (EF), the first occurrence gives AB and only the second most recent
+    gives CD."""
+    server = _server(config)
+    sess = server.session("s")
+    call = sess.call("coder", "code", 0)
+    call.begin(toks("\x0056AB.56CD.56EF."))
+    call.accept(toks("q"))
+    call.end()
+    call = sess.call("coder", "code", 1)
+    call.begin(toks("\x00zz56"))
+    return call
+
+
+def test_tree_branches_from_the_second_most_recent_occurrence():
+    tree = _three_occurrences().propose_tree(8)  # alternatives 4 tokens deep
+    # The chain, then the first occurrence's AB and the second most recent's CD: eight
+    # nodes kept of the twelve (the alternatives' third and fourth tokens are the least
+    # likely nodes).
+    assert [chr(t) for t in tree.token_ids] == list("EF.qABCD")
+    assert tree.parents == [-1, 0, 1, 2, -1, 4, -1, 6]
+
+
+def test_tree_occurrences_one_leaves_the_other_recent_ones_out():
+    call = _three_occurrences(replace(TREES, tree_occurrences=1))
+    tree = call.propose_tree(8)
+    assert [chr(t) for t in tree.token_ids] == list("EF.qAB.5")
+    with pytest.raises(ValueError, match="tree_occurrences"):
+        replace(TREES, tree_occurrences=9)
 
 
 class _Rates:

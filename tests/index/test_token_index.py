@@ -7,6 +7,7 @@ import os
 import random
 import time
 from collections import Counter
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -14,7 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isolated import assert_ok, run_script
 
-from agspec.index.token_index import IndexFormatError, IndexStateError, TokenIndex
+from agspec.index.token_index import (
+    ContinuationRule,
+    IndexFormatError,
+    IndexStateError,
+    TokenIndex,
+)
 
 
 class BruteIndex:
@@ -60,6 +66,11 @@ class BruteIndex:
             doc_id, off = occ[-1]
         elif rule == "recent":
             doc_id, off = occ[0]
+        elif rule.startswith("recent"):  # recent2 .. recent8: the k-th most recent
+            rank = int(rule[len("recent") :])
+            if len(occ) < rank:
+                return []
+            doc_id, off = occ[rank - 1]
         elif rule == "vote":
             conts = [self.docs[d][o + 1 : o + 1 + k] for d, o in occ[:occ_max]]
             support = max(1, (len(conts) + 9) // 10)
@@ -91,7 +102,7 @@ def check_cursor(ref: BruteIndex, cur, fed: list[int], cap: int) -> None:
     assert cur.match_length == m
     expected_occ = ref.ends(fed[-m:])[:7] if m else []
     assert cur.occurrences(7) == expected_occ
-    for rule in ("frequent", "first", "recent", "vote"):
+    for rule in get_args(ContinuationRule):
         for occ_max in (1, 3, 32):
             assert cur.continuation(5, rule, max_occurrences=occ_max) == ref.continuation(
                 fed, cap, 5, rule, occ_max
@@ -462,9 +473,10 @@ def test_a_large_index_lives_on_memory_advised_for_large_pages():
             hits = np.flatnonzero((win == np.asarray(fed[-n:], dtype=np.int32)).all(axis=1))
             if hits.size:
                 m = n
-                last_end = int(hits[-1]) + n - 1
+                ends = hits[::-1][:3] + n - 1  # the three most recent
                 break
         assert cur.match_length == m, q
-        expected = doc[last_end + 1 : last_end + 9].tolist() if m else []
-        assert cur.continuation(8, "recent") == expected, q
+        for k, rule in enumerate(("recent", "recent2", "recent3")):
+            expected = doc[ends[k] + 1 : ends[k] + 9].tolist() if m and k < len(ends) else []
+            assert cur.continuation(8, rule) == expected, (q, rule)
     idx.close()

@@ -65,7 +65,7 @@ def query_everything(idx: TokenIndex, rng: random.Random) -> int:
         for cap in (1, 4, 64):
             cur = idx.match(toks[: rng.randint(0, len(toks))], max_match_tokens=cap)
             digest += cur.match_length + len(cur.occurrences(64))
-            for rule in ("frequent", "first", "recent", "vote"):
+            for rule in ("frequent", "first", "recent", "vote", "recent2", "recent8"):
                 digest += len(cur.continuation(32, rule, max_occurrences=64))
     cur = idx.match([])
     for _ in range(40):

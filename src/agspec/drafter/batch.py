@@ -20,12 +20,12 @@ from agspec.corpora.corpus_set import (
     rule_codes,
 )
 from agspec.drafter.call import (
-    TREE_RULES,
     AgSpecCall,
     candidate_tries,
     candidate_tries_flat,
     tree_candidates,
     tree_depth,
+    tree_rules,
 )
 from agspec.drafter.tree import DraftTree
 from agspec.policy.survival import BUCKET_OF_MATCH, MATCH_OF_BUCKET
@@ -37,7 +37,8 @@ from agspec.policy.tree_size import (
     size_flat_tries_at_prices,
 )
 
-_TREE_RULE_CODES = rule_codes(TREE_RULES)
+# The native codes of `tree_rules(occurrences, native=True)`, by occurrences.
+_TREE_RULE_CODES: dict[int, list[_native.ContinuationRule]] = {}
 
 if TYPE_CHECKING:
     from agspec import _native
@@ -583,11 +584,15 @@ def _begin_candidates(
         if depth is None:
             depth = depth_of[k] = tree_depth(k if k < top else top, branch_tokens)
         depths.append(depth)
+    recent = server.config.tree_occurrences
+    codes = _TREE_RULE_CODES.get(recent)
+    if codes is None:
+        codes = _TREE_RULE_CODES[recent] = rule_codes(tree_rules(recent, native=True))
     return begin_tree_candidates(
         handles,
         primary_slots=slots,
         primary_rules=[cs.rule_code(slot) for cs, slot in zip(sets, slots)],
-        rules=_TREE_RULE_CODES,
+        rules=codes,
         min_match=server.min_match_tokens,
         depths=depths,
         max_occurrences=occurrences,

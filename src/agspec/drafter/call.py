@@ -34,6 +34,28 @@ if TYPE_CHECKING:
 # matches: the most recent, the most frequent next-3-token group's and the first
 # occurrence (the chain's own (corpus, rule) is the first branch).
 TREE_RULES: tuple[ContinuationRule, ...] = ("recent", "frequent", "first")
+# The 2nd .. 8th most recent occurrences: more candidates from every matching corpus
+# whose index lists its occurrences (the native one; the suffix tree keeps counts, not
+# occurrences), up to `tree_occurrences` most recent in all (docs/trees.md).
+RANK_RULES: tuple[ContinuationRule, ...] = (
+    "recent2",
+    "recent3",
+    "recent4",
+    "recent5",
+    "recent6",
+    "recent7",
+    "recent8",
+)
+
+
+def tree_rules(occurrences: int, native: bool) -> tuple[ContinuationRule, ...]:
+    """The rules a tree's candidates are copied by in every matching corpus: `TREE_RULES`
+    and, where the corpora are native, the 2nd .. `occurrences`-th most recent occurrence.
+
+    >>> tree_rules(3, True), tree_rules(3, False)
+    (('recent', 'frequent', 'first', 'recent2', 'recent3'), ('recent', 'frequent', 'first'))
+    """
+    return TREE_RULES + RANK_RULES[: occurrences - 1] if native else TREE_RULES
 
 
 def candidate_tries(
@@ -122,7 +144,7 @@ def tree_candidates(
 ) -> TreeCandidates:
     """The candidate branches to retrieve for each call's tree, given its corpora's match
     lengths (`lengths`: every call's in turn, as `match_lengths_flat` returns them) and
-    its node budget: every (corpus, rule of `TREE_RULES`) whose match is long enough but
+    its node budget: every (corpus, rule of `tree_rules`) whose match is long enough but
     the chain's own, ranked by its corpus's match, longest first, each copied
     `tree_depth` tokens deep."""
     out = TreeCandidates([], [], [], [], [0], [])
@@ -324,7 +346,7 @@ class AgSpecCall:
     def propose_tree(self, max_nodes: int) -> DraftTree:
         """A token tree of at most `max_nodes` nodes (`agspec.drafter.tree`), its first
         branch the chain `propose` drafts. The other branches are continuations of other
-        occurrences (rules `TREE_RULES`) in every corpus whose match is long enough,
+        occurrences (rules `tree_rules`) in every corpus whose match is long enough,
         merged in one trie and scored by `agspec.policy.tree_size`; the cost rule keeps
         the nodes that pay at the live batch size. A budget (`max_nodes`, or the config's
         `tree_max_nodes`) of 0 or 1 drafts the chain, as does a profile where wider trees
@@ -382,14 +404,15 @@ class AgSpecCall:
         return got
 
     def _candidate_rules(self, source: Source) -> list[tuple[ContinuationRule, ...]]:
-        """Per corpus slot, the rules of `TREE_RULES` its candidates are copied by when
+        """Per corpus slot, the rules of `tree_rules` its candidates are copied by when
         the chain came from `source` (all of them but the chain's own (corpus, rule))."""
         corpora = self._corpora
         assert corpora is not None
         primary = corpora.names.index(source)
         primary_rule = corpora.rule(primary)
+        rules = tree_rules(self.session.server.config.tree_occurrences, corpora.is_native)
         return [
-            tuple(r for r in TREE_RULES if not (s == primary and r == primary_rule))
+            tuple(r for r in rules if not (s == primary and r == primary_rule))
             for s in range(len(corpora.names))
         ]
 

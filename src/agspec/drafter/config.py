@@ -50,6 +50,10 @@ class AgSpecConfig:
     # chain's. Needs length_mode="cost": the cost rule sizes the tree.
     tree_max_nodes: int = 1
     tree_branch_tokens: int = 16
+    # Of every matching corpus, the candidates of this many most recent occurrences (1 to
+    # 8; the most frequent and the first besides): a native index lists them, others give
+    # the most recent only.
+    tree_occurrences: int = 8
     max_match_tokens: int = 64
     # Beyond the paper: no draft from a match shorter than this. Where verification is
     # dear (a CPU backend: 2 tokens cost 2.2-3.7 decode steps on llama.cpp), short matches
@@ -127,6 +131,8 @@ class AgSpecConfig:
                 f"tree_max_nodes = {self.tree_max_nodes} needs length_mode='cost' (the cost "
                 f"rule sizes the tree), got length_mode={self.length_mode!r}"
             )
+        if not 1 <= self.tree_occurrences <= 8:
+            raise ValueError(f"tree_occurrences must be in [1, 8], got {self.tree_occurrences}")
         if not 1 <= self.tree_branch_tokens <= 64:
             raise ValueError(
                 f"tree_branch_tokens must be in [1, 64], got {self.tree_branch_tokens}"

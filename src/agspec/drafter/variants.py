@@ -44,6 +44,9 @@ VARIANTS: dict[str, AgSpecConfig] = {
     # The default with one thing changed.
     "agspec-no-history": replace(DEFAULT, use_history=False),
     "agspec-chain": replace(DEFAULT, tree_max_nodes=1),
+    # Tree candidates from each corpus's most recent, most frequent and first occurrence
+    # only (the default's trees before 2026-12-06): what the other recent ones add.
+    "agspec-few-branches": replace(DEFAULT, tree_occurrences=1),
     "agspec-frequent": replace(
         DEFAULT, session_rule="frequent", global_rule="frequent", history_rule="frequent"
     ),

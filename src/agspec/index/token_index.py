@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -30,13 +30,22 @@ from agspec import _native
 IndexFormatError = _native.IndexFormatError
 IndexStateError = _native.IndexStateError
 
-ContinuationRule = Literal["frequent", "first", "recent", "vote"]
+ContinuationRule = Literal[
+    "frequent",
+    "first",
+    "recent",
+    "vote",
+    "recent2",
+    "recent3",
+    "recent4",
+    "recent5",
+    "recent6",
+    "recent7",
+    "recent8",
+]
 # The native rule enum by name (the binding's `ContinuationRule`; docs/index.md).
 _RULES: dict[str, _native.ContinuationRule] = {
-    "frequent": _native.ContinuationRule.frequent,
-    "first": _native.ContinuationRule.first,
-    "recent": _native.ContinuationRule.recent,
-    "vote": _native.ContinuationRule.vote,
+    name: getattr(_native.ContinuationRule, name) for name in get_args(ContinuationRule)
 }
 INT32_MAX = 2**31 - 1
 
@@ -323,6 +332,8 @@ class MatchCursor:
         rule="recent": copy from the most recent occurrence. rule="vote": token by token,
         the most frequent next token among the occurrences that agree with the draft so
         far (ties: most recent), while at least a tenth of the occurrences back it.
+        rule="recent2" .. "recent8": copy from the k-th most recent occurrence (nothing
+        when the match has fewer than k; `max_occurrences` does not apply).
         """
         # The hot path: plain ints in range go straight through; anything else (or a
         # TypeError from comparing it) takes the checks below, which say what is wrong.
