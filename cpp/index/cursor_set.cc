@@ -453,12 +453,8 @@ void continuation_groups(CursorSet* const* sets, const int64_t* counts, size_t n
   for (size_t g = 0; g < num_groups; ++g) start[g + 1] = start[g] + size_t(counts[g]);
   // One group's copies, under the batch's read guards when given (else each its own).
   auto group = [&](size_t g, const BatchReads* reads) {
-    for (size_t j = start[g]; j < start[g + 1]; ++j) {
-      if (slots[j] < 0 || max_tokens[j] <= 0) continue;  // nothing to copy
-      const size_t slot = size_t(slots[j]), k = size_t(max_tokens[j]);
-      out[j] = reads ? sets[g]->continuation_in(slot, k, rules[j], max_occurrences, *reads, g)
-                     : sets[g]->continuation(slot, k, rules[j], max_occurrences);
-    }
+    sets[g]->copy_entries(start[g], start[g + 1], slots, max_tokens, rules, max_occurrences, reads,
+                          g, out);
     done(g);
   };
   if (!parallel(sets, num_groups)) {
@@ -518,12 +514,8 @@ void ContinuationGroupsRun::start(const int64_t* counts, const int64_t* slots,
 
 void ContinuationGroupsRun::group(size_t g) {
   if (skip_[g].load(std::memory_order_relaxed)) return;
-  for (size_t j = start_[g]; j < start_[g + 1]; ++j) {
-    if (slots_[j] < 0 || max_tokens_[j] <= 0) continue;  // nothing to copy
-    const size_t slot = size_t(slots_[j]), k = size_t(max_tokens_[j]);
-    out_[j] = reads_ ? sets_[g]->continuation_in(slot, k, rules_[j], max_occurrences_, *reads_, g)
-                     : sets_[g]->continuation(slot, k, rules_[j], max_occurrences_);
-  }
+  sets_[g]->copy_entries(start_[g], start_[g + 1], slots_, max_tokens_, rules_, max_occurrences_,
+                         reads_.get(), g, out_);
 }
 
 void ContinuationGroupsRun::finish(const char* wanted) {
@@ -560,6 +552,36 @@ std::vector<Token> CursorSet::continuation(size_t slot, size_t max_tokens, Conti
                         std::to_string(cursors_.size()) + " cursors)");
   }
   return cursors_[slot].continuation_held(*indexes_[slot], max_tokens, rule, max_occurrences);
+}
+
+void CursorSet::copy_entries(size_t from, size_t to, const int64_t* slots,
+                             const int64_t* max_tokens, const ContinuationRule* rules,
+                             size_t max_occurrences, const BatchReads* reads, size_t self,
+                             std::vector<Token>* out) {
+  size_t j = from;
+  while (j < to) {
+    if (slots[j] < 0 || max_tokens[j] <= 0) {  // nothing to copy
+      ++j;
+      continue;
+    }
+    size_t end = j + 1;  // the run of entries of this slot with something to copy
+    while (end < to && slots[end] == slots[j] && max_tokens[end] > 0) ++end;
+    const size_t slot = size_t(slots[j]);
+    if (slot >= cursors_.size()) {
+      throw ArgumentError("continuation: slot " + std::to_string(slot) + " out of range (" +
+                          std::to_string(cursors_.size()) + " cursors)");
+    }
+    const TokenIndex& idx = *indexes_[slot];
+    if (reads != nullptr) {
+      cursors_[slot].continuations_read(idx, reads->readable(self, slot), rules + j, max_tokens + j,
+                                        end - j, max_occurrences, out + j);
+    } else {
+      TokenIndex::Reading reading(idx, std::nothrow);  // raises StateError once closed
+      cursors_[slot].continuations_read(idx, reading.held(), rules + j, max_tokens + j, end - j,
+                                        max_occurrences, out + j);
+    }
+    j = end;
+  }
 }
 
 std::vector<Token> CursorSet::continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,

@@ -106,6 +106,12 @@ class CursorSet {
   void match_lengths_in(int32_t* out, const BatchReads& reads, size_t self);
   std::vector<Token> continuation_in(size_t slot, size_t max_tokens, ContinuationRule rule,
                                      size_t max_occurrences, const BatchReads& reads, size_t self);
+  // Entries from .. to - 1 of one group (slots[j] < 0 or max_tokens[j] <= 0: nothing to
+  // copy, out[j] left), copied into out[j] as continuation() / continuation_in() would,
+  // each run of entries of one slot by one MatchCursor::continuations_read.
+  void copy_entries(size_t from, size_t to, const int64_t* slots, const int64_t* max_tokens,
+                    const ContinuationRule* rules, size_t max_occurrences, const BatchReads* reads,
+                    size_t self, std::vector<Token>* out);
   void append_at(size_t k, const Token* tokens, size_t n);
   void drop_closed_appends();
   std::vector<std::pair<int32_t, int32_t>> order_;

@@ -231,6 +231,30 @@ std::vector<Token> MatchCursor::continuation_read(const TokenIndex& idx, bool re
   return continue_from(idx, max_tokens, rule, max_occurrences);
 }
 
+void MatchCursor::continuations_read(const TokenIndex& idx, bool readable,
+                                     const ContinuationRule* rules, const int64_t* max_tokens,
+                                     size_t n, size_t max_occurrences, std::vector<Token>* out) {
+  if (!readable) {  // busy: no draft from this index this step
+    for (size_t i = 0; i < n; ++i) out[i].clear();
+    return;
+  }
+  catch_up(idx);
+  size_t deepest = 0;  // the largest rank asked for
+  for (size_t i = 0; i < n; ++i) deepest = std::max(deepest, recent_rank(rules[i]));
+  std::vector<uint32_t> positions;  // most recent first
+  if (deepest > 0 && len_ > 0) positions = idx.recent_positions(state_, deepest);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = recent_rank(rules[i]), want = size_t(max_tokens[i]);
+    if (k == 0) {
+      out[i] = continue_from(idx, want, rules[i], max_occurrences);
+    } else if (positions.size() >= k) {
+      out[i] = idx.tokens_after(positions[k - 1], want);
+    } else {
+      out[i].clear();
+    }
+  }
+}
+
 std::vector<Occurrence> MatchCursor::occurrences(size_t max_count) {
   auto idx = lock();
   TokenIndex::Reading reading(*idx);

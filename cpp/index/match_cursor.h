@@ -37,6 +37,11 @@ class MatchCursor {
   int32_t match_length_read(const TokenIndex& idx, bool readable);
   std::vector<Token> continuation_read(const TokenIndex& idx, bool readable, size_t max_tokens,
                                        ContinuationRule rule, size_t max_occurrences);
+  // continuation_read of n entries, rules[i] and max_tokens[i] (>= 1) each, into out[i]:
+  // the same tokens, with one walk of the occurrence list for all of kRecent2 .. kRecent8.
+  void continuations_read(const TokenIndex& idx, bool readable, const ContinuationRule* rules,
+                          const int64_t* max_tokens, size_t n, size_t max_occurrences,
+                          std::vector<Token>* out);
   // extend_read in parts, for a caller that steps several cursors by turns so that their
   // cache misses overlap (CursorSet): begin_feed does what extend_read does before its
   // steps and returns whether the tokens remain to be stepped (false: kept for later, or
