@@ -163,7 +163,7 @@ void tries_scenario() {
       for (int64_t k = 0; k < n; ++k) {
         slots.push_back(int64_t(rng() % 3) - (k == 0 ? 1 : 0));  // -1: nothing copied
         max_tokens.push_back(int64_t(rng() % 6));
-        rules.push_back(agspec::ContinuationRule(rng() % 4));
+        rules.push_back(agspec::ContinuationRule(rng() % 11));  // kRecent2 .. kRecent8 too
         ranks.push_back(int64_t(rng() % 3));
         flat.push_back(sets[t]);
       }

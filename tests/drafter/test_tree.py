@@ -183,6 +183,17 @@ def test_tree_occurrences_one_leaves_the_other_recent_ones_out():
         replace(TREES, tree_occurrences=9)
 
 
+def test_an_engine_without_occurrences_leaves_the_other_recent_ones_out():
+    # The suffix tree keeps counts, not occurrences: its candidates are the three rules'.
+    pytest.importorskip("arctic_inference", reason="arctic-inference is not installed")
+    call = _three_occurrences(replace(TREES, engine="suffix-tree"))
+    tree = call.propose_tree(8)
+    assert tree.num_nodes >= 1
+    assert call._tree_rules
+    for rules in call._tree_rules.values():
+        assert all(r in ("recent", "frequent", "first") for rs in rules for r in rs)
+
+
 class _Rates:
     """Records what a tree's accept feeds the alternatives' rates."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
@@ -18,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agspec.drafter import VARIANTS, AgSpecServer, step_batch
+from agspec.drafter.call import tree_rules
 from agspec.drafter.tree import DraftTree, tree_commit
+from agspec.index.token_index import ContinuationRule
 
 TRACES = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces").resolve()
 
@@ -272,7 +274,8 @@ def candidate_batches(draw):
 
     index = TokenIndex()
     index.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=60)))
-    rules = ["recent", "frequent", "first", "vote"]
+    # Every rule, the k-th most recent ones among them (copied a slot's run at a time).
+    rules = list(get_args(ContinuationRule))
     sets, slots, depths, picks, ranks, counts, firsts = [], [], [], [], [], [], []
     for _ in range(draw(st.integers(1, 4))):
         cs = CorpusSet(
@@ -331,7 +334,10 @@ def test_flat_tries_are_the_tries_tree_after_tree(batch):
 _BEGIN_ARGS = ("primary_slots", "primary_rules", "rules", "min_match", "depths", "max_occurrences")
 
 
-def _begin_args(trees, picked, min_match=1, rules=("recent", "frequent", "first")):
+_RULES = tree_rules(8, native=True)  # the default's, the k-th most recent among them
+
+
+def _begin_args(trees, picked, min_match=1, rules=_RULES):
     """`begin_tree_candidates`' arguments for requests `picked` of a drawn batch (the
     dict of `grow_batches` and `_begun_batch`)."""
     from agspec.corpora.corpus_set import native_handles, rule_codes
@@ -391,7 +397,8 @@ def grow_batches(draw):
     a, b = TokenIndex(), TokenIndex()
     a.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=60)))
     b.extend(0, draw(st.lists(st.integers(0, 3), min_size=1, max_size=30)))
-    rules = ["recent", "frequent", "first", "vote"]
+    # Every rule, the k-th most recent ones among them (copied a slot's run at a time).
+    rules = list(get_args(ContinuationRule))
     num_agents = draw(st.integers(1, 2))
 
     def curve(n: int) -> list[float]:
@@ -561,7 +568,8 @@ def _begun_batch(seed: int, num_requests: int):
     a, b = TokenIndex(), TokenIndex()
     a.extend(0, [rng.randrange(4) for _ in range(400)])
     b.extend(0, [rng.randrange(4) for _ in range(200)])
-    rules = ["recent", "frequent", "first", "vote"]
+    # Every rule, the k-th most recent ones among them (copied a slot's run at a time).
+    rules = list(get_args(ContinuationRule))
     sets, primary, depths, firsts, budgets, agents, chains = [], [], [], [], [], [], []
     curves: list[list[float]] = []
 
