@@ -1,11 +1,13 @@
 """The token-tree figures of docs/trees.md from one `agspec replay` run folder: per source
 and batch size, the default `agspec` (trees) against `suffix-cache`, `suffix-cache-tree`
 and `agspec-chain` (ratios of tokens per step, and of the full-batch speedup at B > 1),
+against `agspec-few-branches` (the trees without the other recent occurrences) when run,
 the chain's share of the chain oracle, and the tree bound (`oracle-tree`). Each target of
 issue 26 is checked and marked.
 
     agspec replay traces/chatdev.jsonl traces/swe-agent.jsonl traces/mini-swe-agent.jsonl \
-        --drafters agspec agspec-chain suffix-cache suffix-cache-tree oracle oracle-tree \
+        --drafters agspec agspec-few-branches agspec-chain suffix-cache suffix-cache-tree \
+        oracle oracle-tree \
         --batch-size 1 16 --cost-model h200-qwen2.5-32b -o runs/trees --no-steps
     python benchmarks/tree_figures.py runs/trees
 """
@@ -41,9 +43,10 @@ def main() -> None:
     sizes = sorted({e["batch_size"] for e in entries})
     print(
         "| source | B | agspec tok/step | ÷ suffix-cache | ÷ suffix-cache-tree | ÷ agspec-chain "
-        "| nodes/step | later branch won | chain ÷ oracle | agspec ÷ oracle-tree |"
+        "| ÷ few-branches | nodes/step | later branch won | chain ÷ oracle "
+        "| agspec ÷ oracle-tree |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for source in sources:
         for b in sizes:
             get = by.get
@@ -52,6 +55,7 @@ def main() -> None:
                 continue
             sc, sct = get((source, b, "suffix-cache")), get((source, b, "suffix-cache-tree"))
             ch = get((source, b, "agspec-chain"))
+            few = get((source, b, "agspec-few-branches"))
             orc, ort = get((source, b, "oracle")), get((source, b, "oracle-tree"))
 
             def tps(e: dict[str, Any] | None) -> float | None:
@@ -68,10 +72,11 @@ def main() -> None:
                 vs_sc, vs_sct = _ratio(full(a), full(sc)), _ratio(full(a), full(sct))
                 t_sc, t_sct = 1.10, 1.10
             vs_chain = _ratio(full(a) if b > 1 else tps(a), full(ch) if b > 1 else tps(ch))
+            vs_few = _ratio(full(a) if b > 1 else tps(a), full(few) if b > 1 else tps(few))
             chain_share = _ratio(tps(ch), tps(orc))
             print(
                 f"| {source} | {b} | {a['tokens_per_step']:.2f} | {_fmt(vs_sc, t_sc)} | "
-                f"{_fmt(vs_sct, t_sct)} | {_fmt(vs_chain, 1.0)} | "
+                f"{_fmt(vs_sct, t_sct)} | {_fmt(vs_chain, 1.0)} | {_fmt(vs_few)} | "
                 f"{a.get('drafted_per_step', 0.0):.1f} | {a.get('branch_win_share', 0.0):.1%} | "
                 f"{_fmt(chain_share, 0.5 if b == 1 else None)} | "
                 f"{_fmt(_ratio(tps(a), tps(ort)))} |"
