@@ -115,17 +115,23 @@ def _server(config=TREES, cost_model=None) -> AgSpecServer:
     return AgSpecServer(tokenizer=CharTokenizer(), config=config, cost_model=cost_model or Flat())
 
 
-def _two_occurrences(server: AgSpecServer):
-    """A session whose text has `56789xy` early and `56742` late: after `56` the chain
-    copies the recent occurrence, the tree adds the first one."""
+def _second_call(server: AgSpecServer, first: str, second: str):
+    """A session whose first call's prompt is `first` (and output `q`), and its second
+    call begun on `second`."""
     sess = server.session("s")
     call = sess.call("coder", "code", 0)
-    call.begin(toks("\x00ab56789xy56742"))
+    call.begin(toks(first))
     call.accept(toks("q"))
     call.end()
     call = sess.call("coder", "code", 1)
-    call.begin(toks("\x00zz56"))
+    call.begin(toks(second))
     return call
+
+
+def _two_occurrences(server: AgSpecServer):
+    """A session whose text has `56789xy` early and `56742` late: after `56` the chain
+    copies the recent occurrence, the tree adds the first one."""
+    return _second_call(server, "\x00ab56789xy56742", "\x00zz56")
 
 
 def test_tree_adds_the_other_occurrence_after_the_chain():
@@ -155,15 +161,7 @@ def _three_occurrences(config=TREES):
     """A session with `56AB`, `56CD` and `56EF` in that order: after `56` the chain copies
     the most recent (EF), the first occurrence gives AB and only the second most recent
     gives CD."""
-    server = _server(config)
-    sess = server.session("s")
-    call = sess.call("coder", "code", 0)
-    call.begin(toks("\x0056AB.56CD.56EF."))
-    call.accept(toks("q"))
-    call.end()
-    call = sess.call("coder", "code", 1)
-    call.begin(toks("\x00zz56"))
-    return call
+    return _second_call(_server(config), "\x0056AB.56CD.56EF.", "\x00zz56")
 
 
 def test_tree_branches_from_the_second_most_recent_occurrence():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 import numpy as np
 
@@ -37,14 +37,8 @@ TREE_RULES: tuple[ContinuationRule, ...] = ("recent", "frequent", "first")
 # The 2nd .. 8th most recent occurrences: more candidates from every matching corpus
 # whose index lists its occurrences (the native one; the suffix tree keeps counts, not
 # occurrences), up to `tree_occurrences` most recent in all (docs/trees.md).
-RANK_RULES: tuple[ContinuationRule, ...] = (
-    "recent2",
-    "recent3",
-    "recent4",
-    "recent5",
-    "recent6",
-    "recent7",
-    "recent8",
+RANK_RULES: tuple[ContinuationRule, ...] = tuple(
+    r for r in get_args(ContinuationRule) if r.startswith("recent") and r != "recent"
 )
 
 
